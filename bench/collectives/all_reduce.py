@@ -1,0 +1,28 @@
+"""all_reduce: element-wise reduction, result on every rank. busbw factor 2(n-1)/n."""
+
+import torch.distributed as dist
+
+from bench.collectives.base import Bufs, Collective, arange, reduce_expected, reduce_values, register
+
+
+@register
+class AllReduce(Collective):
+    name = "all_reduce"
+    reduces = True
+    placements = ("in-place",)  # torch.distributed.all_reduce has no out-of-place form
+
+    def bus_factor(self, n):
+        return 2 * (n - 1) / n
+
+    def setup(self, c):
+        buf = reduce_values(c.rank, arange(0, c.count, c.device), c)
+        return Bufs(inputs=buf, outputs=buf)
+
+    def call(self, c, b, async_op=False):
+        return dist.all_reduce(b.inputs, op=c.torch_op, group=c.group, async_op=async_op)
+
+    def result(self, c, b):
+        return b.outputs
+
+    def expected(self, c):
+        return reduce_expected(arange(0, c.count, c.device), c)

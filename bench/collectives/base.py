@@ -1,0 +1,150 @@
+"""What a collective unit supplies to the shared harness (nccl-tests' split of common.cu vs
+one file per collective): buffer shapes, the call, the expected result and the bus factor.
+
+Inputs are small integers that depend on the source rank and the global element index, so
+they are exact in every dtype and a mis-routed chunk shows up as a wrong element (a constant
+per rank would not). The harness owns sweep, warm-up, timing, ranks, dtypes and the check.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from bench.registry import Registry
+from bench.units import EXACT_INT_LIMIT, torch_op
+
+REGISTRY: "Registry[Collective]" = Registry("collective")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ctx:
+    """One (collective, size, dtype, op, root, placement) case as seen by one rank."""
+
+    rank: int
+    world: int
+    count: int  # elements of the total array S (nccl-tests' count); a multiple of world if sharded
+    dtype: torch.dtype
+    device: torch.device
+    op: str | None = None  # reduce op name, None for data-movement collectives
+    root: int = 0
+    inplace: bool = False
+    group: Any = None
+
+    @property
+    def shard(self) -> int:
+        return self.count // self.world
+
+    @property
+    def torch_op(self):
+        return torch_op(self.op)
+
+
+@dataclass
+class Bufs:
+    """Buffers of one case: what the call reads and writes, and what the check reads."""
+
+    inputs: Any = None
+    outputs: Any = None
+    extra: dict = field(default_factory=dict)
+
+
+class Collective:
+    """Base class of a collective unit; subclasses set the class attributes and four methods."""
+
+    name: str = ""
+    reduces: bool = False  # takes a reduce op
+    has_root: bool = False
+    sharded: bool = False  # the total count must split evenly over ranks
+    placements: tuple[str, ...] = ("out-of-place",)
+    min_world: int = 1
+    sized: bool = True  # barrier is not
+
+    def bus_factor(self, n: int) -> float:
+        """busbw = algbw * bus_factor(n) (nccl-tests doc/PERFORMANCE.md)."""
+        raise NotImplementedError
+
+    def setup(self, c: Ctx) -> Bufs:
+        raise NotImplementedError
+
+    def call(self, c: Ctx, b: Bufs, async_op: bool = False):
+        raise NotImplementedError
+
+    def result(self, c: Ctx, b: Bufs) -> torch.Tensor | None:
+        """The tensor to check on this rank (flattened), or None where the rank has no output."""
+        raise NotImplementedError
+
+    def expected(self, c: Ctx) -> torch.Tensor | None:
+        raise NotImplementedError
+
+
+def register(cls):
+    REGISTRY.register(cls())
+    return cls
+
+
+# ---- exact input patterns -------------------------------------------------------------
+
+_MOVE_MODULUS = 251  # prime: rank and index patterns do not alias for small worlds
+
+
+def _move_modulus(dtype: torch.dtype) -> int:
+    return min(_MOVE_MODULUS, EXACT_INT_LIMIT[dtype])
+
+
+def move_values(src_rank, index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Data-movement pattern: value of global element `index` as sent by `src_rank`, in [1, K)."""
+    k = _move_modulus(dtype)
+    return ((index * 7 + src_rank * 131) % (k - 1) + 1).to(dtype)
+
+
+def _reduce_modulus(dtype: torch.dtype, world: int) -> int:
+    # sum = world * (K - 1) + world * (world - 1) / 2 must stay exact.
+    head = (EXACT_INT_LIMIT[dtype] - world * (world - 1) // 2) // world
+    return max(1, min(_MOVE_MODULUS, head + 1))
+
+
+def reduce_values(rank, index: torch.Tensor, c: Ctx) -> torch.Tensor:
+    """Input of `rank` at global `index` for a reduction with op c.op over c.world ranks."""
+    n = c.world
+    if c.op == "product":
+        # exactly one rank holds a factor 2..4 per element: product = index % 3 + 2
+        hot = ((rank + index) % n == 0).to(torch.int64)
+        return (1 + hot * (index % 3 + 1)).to(c.dtype)
+    base = (index * 7) % _reduce_modulus(c.dtype, n)
+    return (base + (rank + index) % n).to(c.dtype)
+
+
+def reduce_expected(index: torch.Tensor, c: Ctx) -> torch.Tensor:
+    """Exact reduction over all ranks of reduce_values, computed in closed form in float64/int64."""
+    n = c.world
+    if c.op == "product":
+        return (index % 3 + 2).to(c.dtype)
+    base = ((index * 7) % _reduce_modulus(c.dtype, n)).to(torch.float64)
+    if c.op == "sum":
+        out = n * base + n * (n - 1) / 2
+    elif c.op == "avg":
+        out = base + (n - 1) / 2
+    elif c.op == "max":
+        out = base + (n - 1)
+    elif c.op == "min":
+        out = base
+    else:  # pragma: no cover - ops are validated up front
+        raise ValueError(c.op)
+    if c.dtype.is_floating_point:
+        return out.to(c.dtype)
+    return out.to(torch.int64).to(c.dtype)  # integers wrap like the backends do
+
+
+def arange(start: int, n: int, device) -> torch.Tensor:
+    return torch.arange(start, start + n, dtype=torch.int64, device=device)
+
+
+def gathered_values(c: Ctx) -> torch.Tensor:
+    """The full array that an all_gather of per-rank shards yields: element i from rank i // shard."""
+    idx = arange(0, c.count, c.device)
+    return move_values(idx // c.shard, idx, c.dtype)
+
+
+def empty(c: Ctx, n: int) -> torch.Tensor:
+    return torch.zeros(n, dtype=c.dtype, device=c.device)

@@ -1,0 +1,28 @@
+"""broadcast: root's buffer to every rank. busbw factor 1 (nccl-tests PERFORMANCE.md)."""
+
+import torch.distributed as dist
+
+from bench.collectives.base import Bufs, Collective, arange, empty, move_values, register
+
+
+@register
+class Broadcast(Collective):
+    name = "broadcast"
+    has_root = True
+    placements = ("in-place",)  # torch.distributed.broadcast writes the buffer it reads
+
+    def bus_factor(self, n):
+        return 1.0
+
+    def setup(self, c):
+        buf = move_values(c.root, arange(0, c.count, c.device), c.dtype) if c.rank == c.root else empty(c, c.count)
+        return Bufs(inputs=buf, outputs=buf)
+
+    def call(self, c, b, async_op=False):
+        return dist.broadcast(b.inputs, src=c.root, group=c.group, async_op=async_op)
+
+    def result(self, c, b):
+        return b.outputs
+
+    def expected(self, c):
+        return move_values(c.root, arange(0, c.count, c.device), c.dtype)

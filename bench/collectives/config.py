@@ -1,0 +1,138 @@
+"""The collectives suite config and its expansion into cases (pure: no ranks needed)."""
+
+from dataclasses import dataclass
+
+from bench.errors import BenchError, unknown
+from bench.timing.loop import MODES
+from bench.units import dtype_name, parse_dtype, parse_op, parse_size, parse_size_list, size_sweep
+
+PLACEMENTS = ("out-of-place", "in-place")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectivesConfig:
+    """Fields of a `kind = "collectives"` suite file; every CLI option overrides one of them."""
+
+    name: str = "collectives"  # results go to <out>/<name>/<run_id>/
+    description: str = ""
+    collectives: tuple[str, ...] = ("all",)  # registry names, or "all"
+    world: tuple[int, ...] = (2,)  # one launch (one process group) per world size
+    backend: str = "auto"  # auto: nccl with CUDA, else gloo
+    dtypes: tuple[str, ...] = ("float32",)
+    ops: tuple[str, ...] = ("sum",)  # for reducing collectives only
+    roots: tuple[int, ...] = (0,)  # for rooted collectives only
+    placements: tuple[str, ...] = PLACEMENTS  # where the collective has them
+    modes: tuple[str, ...] = ("latency",)
+    sizes: tuple[str, ...] = ()  # explicit sizes; when empty, the min/max/step sweep
+    min_bytes: str = "1K"
+    max_bytes: str = "64M"
+    step_factor: float = 2.0
+    warmup: int = 5  # floor of warm-up ops per size
+    iters: int = 20  # floor of timed ops per size
+    budget_s: float = 0.1  # timed seconds to aim for per size (iterations adapt)
+    check: int = 1  # correctness checks per size, outside the timed region
+    timeout_s: float = 300.0  # process-group timeout: a hang fails after this
+    skip_unsupported: bool = False  # skip (and record) dtype/op pairs the backend refuses
+    out: str = "results"
+
+    def __post_init__(self):
+        for w in self.world:
+            if w < 1:
+                raise BenchError(f"world size {w} must be >= 1")
+        for m in self.modes:
+            if m not in MODES:
+                raise unknown("timing mode", m, MODES)
+        for p in self.placements:
+            if p not in PLACEMENTS:
+                raise unknown("placement", p, PLACEMENTS)
+        for d in self.dtypes:
+            parse_dtype(d)
+        for o in self.ops:
+            parse_op(o)
+        for name, v, lo in (("warmup", self.warmup, 0), ("iters", self.iters, 1), ("check", self.check, 0)):
+            if v < lo:
+                raise BenchError(f"{name} {v} must be >= {lo}")
+        if self.budget_s <= 0 or self.timeout_s <= 0:
+            raise BenchError(f"budget_s ({self.budget_s}) and timeout_s ({self.timeout_s}) must be > 0")
+        for r in self.roots:
+            if r < 0:
+                raise BenchError(f"root {r} must be >= 0")
+        self.size_list()  # validates sizes / min / max / step
+
+    def size_list(self) -> list[int]:
+        if self.sizes:
+            return parse_size_list(list(self.sizes))
+        return size_sweep(parse_size(self.min_bytes), parse_size(self.max_bytes), self.step_factor)
+
+    def collective_names(self) -> list[str]:
+        from bench.collectives import REGISTRY
+
+        if tuple(self.collectives) in (("all",), ()):
+            return REGISTRY.names()
+        return [REGISTRY.get(n).name for n in self.collectives]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseSpec:
+    """One block of the sweep: a collective at one dtype/op/root/mode over all sizes."""
+
+    collective: str
+    dtype: str
+    op: str  # "" for data movement
+    root: int  # -1 where the collective has none
+    mode: str
+    world: int
+    sizes: tuple[int, ...]  # total-array bytes after rounding to whole elements and shards
+    placements: tuple[str, ...]
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.collective}.{self.dtype}.{self.op or 'none'}.root{self.root}.{self.mode}.w{self.world}"
+
+
+def round_size(size_bytes: int, elem_bytes: int, world: int, sharded: bool) -> tuple[int, int]:
+    """(bytes, count): whole elements, and a multiple of world elements if the collective shards."""
+    count = max(size_bytes // elem_bytes, 1)
+    if sharded:
+        count = max(count // world, 1) * world
+    return count * elem_bytes, count
+
+
+def expand(cfg: CollectivesConfig, world: int) -> tuple[list[CaseSpec], list[str]]:
+    """Cases for one world size, and notes on what was left out and why."""
+    import torch
+
+    from bench.collectives import REGISTRY
+
+    cases, notes = [], []
+    for name in cfg.collective_names():
+        coll = REGISTRY.get(name)
+        if world < coll.min_world:
+            notes.append(f"{name} skipped at world {world}: needs world >= {coll.min_world}")
+            continue
+        places = tuple(p for p in coll.placements if p in cfg.placements)
+        if not places:
+            notes.append(f"{name} skipped: it has only {'/'.join(coll.placements)}")
+            continue
+        roots = cfg.roots if coll.has_root else (-1,)
+        for r in roots:
+            if r >= world:
+                raise BenchError(f"root {r} is not a rank at world size {world}; allowed: 0..{world - 1}")
+        dtypes = cfg.dtypes if coll.sized else ("float32",)
+        for dname in dtypes:
+            dtype = parse_dtype(dname)
+            esize = torch.empty((), dtype=dtype).element_size()
+            if coll.sized:
+                sizes = []
+                for s in cfg.size_list():
+                    b, _ = round_size(s, esize, world, coll.sharded)
+                    if b not in sizes:
+                        sizes.append(b)
+            else:
+                sizes = [0]
+            for op in (tuple(parse_op(o) for o in cfg.ops) if coll.reduces else ("",)):
+                for r in sorted(set(roots)):
+                    for mode in cfg.modes:
+                        cases.append(CaseSpec(collective=name, dtype=dtype_name(dtype), op=op, root=r,
+                                              mode=mode, world=world, sizes=tuple(sizes), placements=places))
+    return cases, notes

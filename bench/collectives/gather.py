@@ -1,0 +1,30 @@
+"""gather: every rank's shard to root, concatenated in rank order. busbw factor (n-1)/n."""
+
+import torch
+import torch.distributed as dist
+
+from bench.collectives.base import Bufs, Collective, arange, empty, gathered_values, move_values, register
+
+
+@register
+class Gather(Collective):
+    name = "gather"
+    has_root = True
+    sharded = True
+
+    def bus_factor(self, n):
+        return (n - 1) / n
+
+    def setup(self, c):
+        mine = move_values(c.rank, arange(c.rank * c.shard, c.shard, c.device), c.dtype)
+        outs = [empty(c, c.shard) for _ in range(c.world)] if c.rank == c.root else None
+        return Bufs(inputs=mine, outputs=outs)
+
+    def call(self, c, b, async_op=False):
+        return dist.gather(b.inputs, b.outputs, dst=c.root, group=c.group, async_op=async_op)
+
+    def result(self, c, b):
+        return torch.cat(b.outputs) if c.rank == c.root else None
+
+    def expected(self, c):
+        return gathered_values(c) if c.rank == c.root else None

@@ -1,0 +1,28 @@
+"""Start ranks with torch's elastic launcher (the same agent torchrun uses), or run in place
+when torchrun or Slurm already started us."""
+
+import os
+import uuid
+
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from bench.dist.env import under_slurm, under_torchrun
+
+
+def launched_externally() -> bool:
+    return under_torchrun() or under_slurm()
+
+
+def launch(fn, args: tuple, nproc: int) -> dict:
+    """Run fn(*args) on nproc local ranks; returns {rank: return value}.
+
+    rdzv c10d at localhost:0 picks a free port; max_restarts=0 because a benchmark that
+    silently restarts measures the wrong thing.
+    """
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"distbench-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
+        start_method="spawn",
+    )
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    return elastic_launch(config, fn)(*args)

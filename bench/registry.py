@@ -1,0 +1,34 @@
+"""Name -> unit registries (collectives, algorithms, strategies) with did-you-mean errors."""
+
+from typing import Generic, Iterator, TypeVar
+
+from bench.errors import unknown
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, what: str):
+        self.what = what  # e.g. "collective"; used in error messages
+        self._items: dict[str, T] = {}
+
+    def register(self, obj: T, name: str | None = None) -> T:
+        key = name or getattr(obj, "name")
+        if key in self._items:
+            raise ValueError(f"{self.what} '{key}' registered twice")
+        self._items[key] = obj
+        return obj
+
+    def get(self, name: str) -> T:
+        if name not in self._items:
+            raise unknown(self.what, name, self._items)
+        return self._items[name]
+
+    def names(self) -> list[str]:
+        return list(self._items)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._items.values())

@@ -1,0 +1,108 @@
+"""TOML suite files -> frozen config dataclasses (stdlib tomllib), with CLI overrides.
+
+A suite file is flat: `kind = "collectives"` plus the fields of that kind's config. Every key
+is checked against the config's fields (unknown keys and wrong types name the file and the key),
+and a CLI option can override any field. List-valued fields are matrix axes.
+"""
+
+import dataclasses
+import typing
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from bench.errors import BenchError, SuiteError, did_you_mean
+
+
+def _kind_of(tp) -> tuple[type, type | None]:
+    """(container, element) for a field annotation: (tuple, str), (int, None) ..."""
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        return tuple, typing.get_args(tp)[0]
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], None
+    return tp, None
+
+
+def _coerce(value, tp, where: str):
+    container, elem = _kind_of(tp)
+    if container is tuple:
+        items = value if isinstance(value, list) else [value]
+        return tuple(_coerce(v, elem, where) for v in items)
+    if container is bool:
+        if not isinstance(value, bool):
+            raise SuiteError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if container is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SuiteError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if container is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SuiteError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if container is str:
+        if not isinstance(value, (str, int)) or isinstance(value, bool):
+            raise SuiteError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def load_suite(path, config_cls, kind: str, overrides: dict | None = None):
+    """Read `path` into config_cls, then apply `overrides` (field -> value, None = not given)."""
+    values: dict = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            raw = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise BenchError(f"suite file '{path}' not found") from None
+        except tomllib.TOMLDecodeError as e:
+            raise SuiteError(f"suite file '{path}': malformed TOML: {e}") from None
+        file_kind = raw.pop("kind", kind)
+        if file_kind != kind:
+            raise SuiteError(f"suite file '{path}': key 'kind' is '{file_kind}', this command runs '{kind}' suites")
+        values = _check(raw, config_cls, str(path))
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            if k not in fields:
+                raise BenchError(f"unknown option '{k}'")
+            values[k] = v
+    try:
+        return config_cls(**values)
+    except BenchError as e:
+        raise type(e)(f"suite file '{path}': {e}" if path else str(e)) from None
+
+
+def _check(raw: dict, config_cls, where: str) -> dict:
+    hints = typing.get_type_hints(config_cls)
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    out = {}
+    for key, value in raw.items():
+        if key not in hints or key not in names:
+            raise SuiteError(f"suite file '{where}': unknown key '{key}'{did_you_mean(key, names)}; "
+                             f"allowed: {', '.join(names)}")
+        out[key] = _coerce(value, hints[key], f"suite file '{where}': key '{key}'")
+    return out
+
+
+def split_list(text: str | None) -> tuple[str, ...] | None:
+    """'a,b' -> ('a', 'b'); None stays None (not given)."""
+    if text is None:
+        return None
+    return tuple(s.strip() for s in str(text).split(",") if s.strip())
+
+
+def int_list(text: str | None, what: str) -> tuple[int, ...] | None:
+    items = split_list(text)
+    if items is None:
+        return None
+    try:
+        return tuple(int(s) for s in items)
+    except ValueError:
+        raise BenchError(f"bad {what} '{text}': expected comma-separated integers, e.g. 2,4") from None

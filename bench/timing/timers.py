@@ -1,0 +1,39 @@
+"""Timers: CUDA events on GPU (device time of the stream), perf_counter_ns on CPU (host time
+around the blocking call or work.wait())."""
+
+import time
+
+import torch
+
+
+class HostTimer:
+    def start(self):
+        self._t0 = time.perf_counter_ns()
+
+    def stop(self) -> float:
+        """Seconds since start()."""
+        return (time.perf_counter_ns() - self._t0) * 1e-9
+
+
+class CudaTimer:
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._a = torch.cuda.Event(enable_timing=True)
+        self._b = torch.cuda.Event(enable_timing=True)
+
+    def start(self):
+        self._a.record()
+
+    def stop(self) -> float:
+        self._b.record()
+        self._b.synchronize()
+        return self._a.elapsed_time(self._b) * 1e-3  # ms -> s
+
+
+def make_timer(device: torch.device):
+    return CudaTimer(device) if device.type == "cuda" else HostTimer()
+
+
+def sync(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

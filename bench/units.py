@@ -1,0 +1,102 @@
+"""Sizes with K/M/G suffixes (powers of 1024), dtypes and reduce ops by name."""
+
+import re
+
+import torch
+
+from bench.errors import BenchError, unknown
+
+_SUFFIX = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+}
+DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+                 "fp64": "float64", "double": "float64", "float": "float32", "int": "int32"}
+
+# Largest integer n such that every integer in [0, n] is exact in the dtype.
+EXACT_INT_LIMIT = {
+    torch.float32: 2**24, torch.float16: 2**11, torch.bfloat16: 2**8, torch.float64: 2**53,
+    torch.int64: 2**62, torch.int32: 2**31 - 1, torch.int8: 127, torch.uint8: 255,
+}
+
+REDUCE_OPS = ("sum", "avg", "max", "min", "product")
+
+
+def parse_size(text) -> int:
+    """'4K' -> 4096. Bytes; suffixes K, M, G are powers of 1024 (an optional B/iB is allowed)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise BenchError(f"bad size {text}: must be >= 0")
+        return text
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise BenchError(
+            f"bad size '{text}': expected an integer with an optional suffix K, M or G "
+            "(powers of 1024), e.g. 512, 4K, 1M, 8G"
+        )
+    return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+
+
+def parse_size_list(text) -> list[int]:
+    items = text if isinstance(text, (list, tuple)) else str(text).split(",")
+    sizes = [parse_size(s) for s in items if str(s).strip() != ""]
+    if not sizes:
+        raise BenchError(f"bad size list '{text}': give at least one size, e.g. 4K,1M")
+    return sizes
+
+
+def size_sweep(min_bytes: int, max_bytes: int, step_factor: float) -> list[int]:
+    """Geometric sweep min, min*f, ... <= max (nccl-tests -b/-e/-f)."""
+    if min_bytes > max_bytes:
+        raise BenchError(f"min bytes {min_bytes} > max bytes {max_bytes}: min must be <= max")
+    if not step_factor > 1:
+        raise BenchError(f"step factor {step_factor} must be > 1")
+    if min_bytes <= 0:
+        raise BenchError(f"min bytes {min_bytes} must be > 0")
+    sizes, s = [], min_bytes
+    while s <= max_bytes:
+        sizes.append(int(s))
+        nxt = int(s * step_factor)
+        s = nxt if nxt > s else s + 1
+    return sizes
+
+
+def format_size(n: int) -> str:
+    for unit, f in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= f and n % f == 0:
+            return f"{n // f}{unit}"
+    return str(n)
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    key = DTYPE_ALIASES.get(str(name).lower(), str(name).lower())
+    if key not in DTYPES:
+        raise unknown("dtype", name, DTYPES)
+    return DTYPES[key]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def parse_op(name: str) -> str:
+    key = {"prod": "product", "mean": "avg"}.get(str(name).lower(), str(name).lower())
+    if key not in REDUCE_OPS:
+        raise unknown("reduce op", name, REDUCE_OPS)
+    return key
+
+
+def torch_op(name: str):
+    import torch.distributed as dist
+
+    return {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
+            "min": dist.ReduceOp.MIN, "product": dist.ReduceOp.PRODUCT}[name]

@@ -1,0 +1,90 @@
+"""The function every rank runs (under elastic_launch, torchrun or srun).
+
+It sets up the rank (device, threads, process group with a finite timeout), records where it
+runs, hands the cases to the runner of the job's kind, and writes what rank 0 collected.
+"""
+
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger("distbench")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    kind: str  # collectives | allreduce | strategies | pipeline
+    config: Any  # the kind's frozen config dataclass
+    backend: str  # resolved: gloo | nccl
+    world: int
+    run_id: str | None  # None: rank 0 makes one (torchrun / Slurm)
+    meta: dict = field(default_factory=dict)  # launcher-side facts (command line, git, notes)
+
+
+def _runner(kind: str):
+    if kind == "collectives":
+        from bench.collectives.runner import run_all
+        return run_all
+    raise ValueError(f"no runner for kind {kind!r}")
+
+
+def worker_main(job: Job) -> dict:
+    warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
+    t0 = time.perf_counter()
+    from bench.dist.env import init_rank
+
+    info = init_rank(job.backend, job.config.timeout_s)
+    init_s = time.perf_counter() - t0
+    try:
+        return _runner(job.kind)(job, info, init_s)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def rank_facts(info) -> dict:
+    from bench.results.metadata import host_facts
+
+    return {**host_facts(), "rank": info.rank, "local_rank": info.local_rank, "node_rank": info.node_rank,
+            "threads": info.threads, "oversubscribed": info.oversubscribed,
+            "device": str(info.device),
+            "gpu_uuid": str(torch.cuda.get_device_properties(info.device).uuid)
+            if info.device.type == "cuda" else None}
+
+
+def shared_run_id(job: Job, info) -> str:
+    """The launcher's run id, or one made by rank 0 and broadcast (torchrun / Slurm)."""
+    from bench.results.metadata import new_run_id
+
+    obj = [job.run_id or (new_run_id() if info.rank == 0 else None)]
+    dist.broadcast_object_list(obj, src=0)
+    return obj[0]
+
+
+def start_meta(writer, job: Job, info, facts: list[dict], launch: dict):
+    """Record this launch (one world size) in meta.json, keeping what earlier launches wrote."""
+    from bench.results.metadata import nccl_env, software, utc_now
+
+    hosts = sorted({f["host"] for f in facts})
+    entry = {
+        "world": info.world, "backend": info.backend, "nodes": len({f["node_rank"] for f in facts}),
+        "node_ranks": sorted({f["node_rank"] for f in facts}), "hosts": hosts,
+        "threads_per_rank": info.threads, "oversubscribed": any(f["oversubscribed"] for f in facts),
+        "ranks": facts, "started_utc": utc_now(), "nccl_env": nccl_env(), **launch,
+    }
+    writer.update_meta(lambda m: {
+        **{"software": software(), "suite": job.config.name, "kind": job.kind, "config": _plain(job.config)},
+        **job.meta, **m, "run_id": writer.dir.name,
+        "launches": {**m.get("launches", {}), str(info.world): entry},
+    })
+
+
+def _plain(cfg) -> dict:
+    import dataclasses
+
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()}
