@@ -5,6 +5,7 @@ Exit code 1 means the benchmark ran but found wrong results (or a rank failed).
 """
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -15,6 +16,11 @@ from bench.errors import USAGE_EXIT, BenchError
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse prints the whole usage otherwise)
         raise BenchError(message)
+
+
+# Modules with add_parser(subparsers): each benchmark kind owns its subcommand. Their handlers
+# validate into a config and call run_kind(kind, cfg, backend, worlds, meta).
+PLUGINS = ("bench.algorithms.cli", "bench.strategies.cli", "bench.telemetry.cli")
 
 
 def _is_rank_zero() -> bool:
@@ -57,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="distbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
     _add_collectives(sub)
+    for mod in PLUGINS:  # other benchmark kinds add their own subcommand
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name and mod.startswith(e.name):
+                continue
+            raise
+        module.add_parser(sub)
     lp = sub.add_parser("list", help="list the registered units")
     lp.set_defaults(func=cmd_list)
     return parser
@@ -128,10 +142,10 @@ def cmd_collectives(args) -> int:
         raise BenchError(f"backend {backend} cannot do {what} for {coll} ({why}); choose another --op/--dtype, "
                          f"or pass --skip-unsupported ({len(refused)} combination(s) refused)")
     meta = {"skipped": [list(k) for k in refused], "skipped_why": [[*k, v] for k, v in refused.items()]}
-    return _run("collectives", cfg, backend, worlds, meta)
+    return run_kind("collectives", cfg, backend, worlds, meta)
 
 
-def _run(kind: str, cfg, backend: str, worlds, extra_meta: dict) -> int:
+def run_kind(kind: str, cfg, backend: str, worlds, extra_meta: dict) -> int:
     from bench.dist.launch import launch, launched_externally
     from bench.results.metadata import git_info, new_run_id, utc_now
     from bench.worker import Job, worker_main

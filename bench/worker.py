@@ -26,11 +26,19 @@ class Job:
     meta: dict = field(default_factory=dict)  # launcher-side facts (command line, git, notes)
 
 
+# kind -> "module:function" run on every rank as fn(job, info, init_s) -> {"wrong", "run_id", "dir"}
+RUNNERS = {
+    "collectives": "bench.collectives.runner:run_all",
+    "allreduce": "bench.algorithms.runner:run_all",
+    "strategies": "bench.strategies.runner:run_all",
+}
+
+
 def _runner(kind: str):
-    if kind == "collectives":
-        from bench.collectives.runner import run_all
-        return run_all
-    raise ValueError(f"no runner for kind {kind!r}")
+    import importlib
+
+    mod, fn = RUNNERS[kind].split(":")
+    return getattr(importlib.import_module(mod), fn)
 
 
 def worker_main(job: Job) -> dict:

@@ -31,7 +31,8 @@ class TimeStats:
 
     def columns(self, prefix: str = "time_") -> dict:
         d = asdict(self)
-        return {f"{prefix}{k}" if k not in ("noisy",) else k: v for k, v in d.items()}
+        d.pop("n")
+        return {f"{prefix}{k}" if k != "noisy" else k: v for k, v in d.items()}
 
 
 def summarize(samples) -> TimeStats:
