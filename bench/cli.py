@@ -114,6 +114,7 @@ def _worlds(args_world, cfg_world) -> tuple[int, ...]:
 
 
 def cmd_collectives(args) -> int:
+    from bench.collectives import REGISTRY
     from bench.collectives.config import CollectivesConfig, expand
     from bench.dist import probe
     from bench.dist.env import check_world, resolve_backend
@@ -134,7 +135,8 @@ def cmd_collectives(args) -> int:
     for w in worlds:
         check_world(w, backend, nnodes=int(os.environ.get("NNODES", "1")) if os.environ.get("NNODES") else 1)
         for c in expand(cfg, w)[0]:
-            combos.add((c.collective, c.dtype, c.op))
+            if REGISTRY.get(c.collective).min_world == 1:  # the probe runs at world 1
+                combos.add((c.collective, c.dtype, c.op))
     refused = probe.unsupported(backend, sorted(combos))
     if refused and not cfg.skip_unsupported:
         (coll, dt, op), why = sorted(refused.items())[0]

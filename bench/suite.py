@@ -67,16 +67,20 @@ def load_suite(path, config_cls, kind: str, overrides: dict | None = None):
         if file_kind != kind:
             raise SuiteError(f"suite file '{path}': key 'kind' is '{file_kind}', this command runs '{kind}' suites")
         values = _check(raw, config_cls, str(path))
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    for k, v in (overrides or {}).items():
-        if v is not None:
-            if k not in fields:
-                raise BenchError(f"unknown option '{k}'")
-            values[k] = v
     try:
-        return config_cls(**values)
+        cfg = config_cls(**values)  # the file's own values, so its errors can name the file
+    except SuiteError:
+        raise
     except BenchError as e:
-        raise type(e)(f"suite file '{path}': {e}" if path else str(e)) from None
+        if path is None:
+            raise
+        raise SuiteError(f"suite file '{path}': {e}") from None
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for k in given:
+        if k not in fields:
+            raise BenchError(f"unknown option '{k}'")
+    return dataclasses.replace(cfg, **given) if given else cfg
 
 
 def _check(raw: dict, config_cls, where: str) -> dict:

@@ -57,7 +57,8 @@ class CollectivesConfig:
         for r in self.roots:
             if r < 0:
                 raise BenchError(f"root {r} must be >= 0")
-        self.size_list()  # validates sizes / min / max / step
+        size_sweep(parse_size(self.min_bytes), parse_size(self.max_bytes), self.step_factor)  # validates
+        self.size_list()
 
     def size_list(self) -> list[int]:
         if self.sizes:

@@ -26,3 +26,17 @@ def launch(fn, args: tuple, nproc: int) -> dict:
     )
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     return elastic_launch(config, fn)(*args)
+
+
+def run_in_group(fn, backend: str, timeout_s: float, *args):
+    """Rank entry for tests and tools: init the group from the launcher's env, run fn(info, *args)."""
+    import torch.distributed as dist
+
+    from bench.dist.env import init_rank
+
+    info = init_rank(backend, timeout_s)
+    try:
+        return fn(info, *args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

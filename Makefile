@@ -1,0 +1,68 @@
+# distbench: `make bench-collectives` and `make test` work on a fresh clone (the venv is made
+# on first use). GPU hosts: TORCH_SPEC / TORCH_INDEX choose another torch build, or
+# PYTHON_BIN=/path/to/python uses an existing environment as it is (no venv, no installs).
+
+PY          ?= python3
+VENV        ?= .venv
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
+PYTHON_BIN  ?=
+
+ifeq ($(strip $(PYTHON_BIN)),)
+PYTHON := $(VENV)/bin/python
+DEPS   := $(VENV)/.installed
+else
+PYTHON := $(PYTHON_BIN)
+DEPS   :=
+endif
+
+DISTBENCH := $(PYTHON) -m bench
+
+# Optional overrides, passed on only when given.
+SUITE       ?=
+WORLD       ?=
+SIZES       ?=
+CHUNKS      ?=
+SCHEDULE    ?=
+STAGES      ?=
+CHECKPOINT  ?=
+MICRO_BATCH ?=
+ARGS        ?=
+opt = $(if $(strip $(2)),$(1) $(2))
+
+.PHONY: help bench bench-collectives bench-allreduce bench-pipeline bench-strategies gpu-smoke test clean
+
+help:
+	@echo "make bench-collectives [SUITE=suites/x.toml WORLD=2 SIZES=4K,1M ARGS=...]"
+	@echo "make bench-allreduce | bench-pipeline CHUNKS=1,4,8 | bench-strategies | gpu-smoke"
+	@echo "make test"
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(VENV)/bin/python -m pip install -q -e ".[dev]"
+	@touch $@
+
+bench: bench-collectives
+
+bench-collectives: $(DEPS)
+	$(DISTBENCH) collectives --suite $(or $(SUITE),suites/collectives.toml) $(call opt,--nproc,$(WORLD)) $(call opt,--sizes,$(SIZES)) $(ARGS)
+
+bench-allreduce: $(DEPS)
+	$(DISTBENCH) allreduce --suite $(or $(SUITE),suites/allreduce.toml) $(call opt,--nproc,$(WORLD)) $(call opt,--sizes,$(SIZES)) $(ARGS)
+
+bench-pipeline: $(DEPS)
+	$(DISTBENCH) pipeline --suite $(or $(SUITE),suites/pipeline.toml) $(call opt,--chunks,$(CHUNKS)) $(call opt,--schedule,$(SCHEDULE)) $(call opt,--stages,$(STAGES)) $(call opt,--checkpoint,$(CHECKPOINT)) $(call opt,--micro-batch,$(MICRO_BATCH)) $(ARGS)
+
+bench-strategies: $(DEPS)
+	$(DISTBENCH) strategies --suite $(or $(SUITE),suites/strategies.toml) $(call opt,--nproc,$(WORLD)) $(ARGS)
+
+gpu-smoke: $(DEPS)
+	$(PYTHON) tools/gpu_smoke.py
+
+test: $(DEPS)
+	$(PYTHON) -m pytest -q $(ARGS)
+
+clean:
+	rm -rf results/*/ reports/*/ .pytest_cache

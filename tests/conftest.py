@@ -1,0 +1,31 @@
+"""Shared test helpers. `spawn(fn, world, *args)` runs fn(info, *args) on `world` gloo ranks
+started by torch's elastic launcher (the product's own launcher) and returns {rank: result}.
+fn must be a module-level function (ranks are started with the spawn method)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def spawn(fn, world: int, *args, timeout_s: float = 120.0) -> dict:
+    from bench.dist.launch import launch, run_in_group
+
+    return launch(run_in_group, (fn, "gloo", timeout_s, *args), nproc=world)
+
+
+def run_cli(*argv, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
+    """`python -m bench ARGV` in a subprocess (exit code and stderr as a user sees them)."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "bench", *argv], cwd=cwd or ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def spawn_ranks():
+    return spawn
