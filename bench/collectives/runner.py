@@ -170,6 +170,9 @@ def run_all(job, info: RankInfo, init_s: float) -> dict:
 
     line = (f"world={info.world} nodes={nodes} backend={info.backend} device={info.device.type} "
             f"threads/rank={info.threads}{' OVERSUBSCRIBED' if oversub else ''}")
+    if info.rank == 0:
+        table._p(f"# communicator: init_process_group {init_s:.3f} s, first collective {first_s * 1e3:.1f} ms "
+                 "(excluded from every case)")
     for i, case in enumerate(cases, 1):
         if info.rank == 0:
             table.case_header(i, len(cases), case, line)
