@@ -34,6 +34,10 @@ def _add_common(p: argparse.ArgumentParser, default_suite: str):
     p.add_argument("--backend", default=None, help="auto | gloo | nccl (auto: nccl with CUDA, else gloo)")
     p.add_argument("--out", default=None, help="results root (default results/)")
     p.add_argument("--timeout-s", type=float, default=None, help="process-group timeout in seconds")
+    p.add_argument("--no-telemetry", dest="telemetry", action="store_const", const=False, default=None,
+                   help="do not sample NVML / host telemetry during cases (suite field 'telemetry')")
+    p.add_argument("--telemetry-interval-s", dest="telemetry_interval_s", type=float, default=None,
+                   help="seconds between telemetry samples (default 0.1)")
 
 
 def _add_collectives(sub):
@@ -122,7 +126,8 @@ def cmd_collectives(args) -> int:
 
     suite = args.suite or ("suites/collectives.toml" if os.path.exists("suites/collectives.toml") else None)
     names = ("backend", "out", "timeout_s", "collectives", "dtypes", "ops", "placements", "modes", "sizes",
-             "min_bytes", "max_bytes", "step_factor", "warmup", "iters", "budget_s", "check", "skip_unsupported")
+             "min_bytes", "max_bytes", "step_factor", "warmup", "iters", "budget_s", "check", "skip_unsupported",
+             "telemetry", "telemetry_interval_s")
     ov = _overrides(args, names)
     if args.roots is not None:
         from bench.suite import int_list

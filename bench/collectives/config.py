@@ -34,6 +34,8 @@ class CollectivesConfig:
     timeout_s: float = 300.0  # process-group timeout: a hang fails after this
     skip_unsupported: bool = False  # skip (and record) dtype/op pairs the backend refuses
     out: str = "results"
+    telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
+    telemetry_interval_s: float = 0.1  # seconds between telemetry samples
 
     def __post_init__(self):
         for w in self.world:
@@ -52,6 +54,8 @@ class CollectivesConfig:
         for name, v, lo in (("warmup", self.warmup, 0), ("iters", self.iters, 1), ("check", self.check, 0)):
             if v < lo:
                 raise BenchError(f"{name} {v} must be >= {lo}")
+        if self.telemetry_interval_s <= 0:
+            raise BenchError(f"telemetry_interval_s {self.telemetry_interval_s} must be > 0, e.g. 0.1")
         if self.budget_s <= 0 or self.timeout_s <= 0:
             raise BenchError(f"budget_s ({self.budget_s}) and timeout_s ({self.timeout_s}) must be > 0")
         for r in self.roots:

@@ -82,9 +82,12 @@ def check(coll, ctx: Ctx, times: int) -> int:
 
 
 def run_case(case: CaseSpec, cfg: CollectivesConfig, comm: Comm, hosts: list[str], node_ranks: list[int],
-             base_row: dict, sink: Callable[[dict], None]):
+             base_row: dict, sink: Callable[[dict], None], tel=None):
     """Sweep one case over its sizes and placements; call sink(tables) for every finished size."""
+    from bench import telemetry
+
     info = comm.info
+    tel = tel or telemetry.Telemetry()  # no-op when not given
     coll = REGISTRY.get(case.collective)
     dtype = parse_dtype(case.dtype)
     esize = torch.empty((), dtype=dtype).element_size()
@@ -96,8 +99,9 @@ def run_case(case: CaseSpec, cfg: CollectivesConfig, comm: Comm, hosts: list[str
                       device=info.device, op=case.op or None, root=max(case.root, 0),
                       inplace=placement == "in-place")
             bufs = coll.setup(ctx)
-            res = measure(lambda a: coll.call(ctx, bufs, a), spec=loop, device=info.device,
-                          barrier=comm.barrier, agree_max=comm.reduce_max)
+            with tel.case(case.case_id, size_bytes=size, placement=placement) as tc:
+                res = measure(lambda a: coll.call(ctx, bufs, a), spec=loop, device=info.device,
+                              barrier=comm.barrier, agree_max=comm.reduce_max)
             del bufs
             per_rank = comm.gather_samples(res.samples_s)
             wrong = comm.reduce_sum(check(coll, ctx, cfg.check) if coll.sized else 0)
@@ -118,7 +122,7 @@ def run_case(case: CaseSpec, cfg: CollectivesConfig, comm: Comm, hosts: list[str
                 "rank_median_max_s": float(rank_medians.max()),
                 "rank_skew_s": float(rank_medians.max() - rank_medians.min()),
                 "slowest_rank": int(rank_medians.argmax()), "checks": cfg.check if coll.sized else 0,
-                "wrong": wrong,
+                "wrong": wrong, **tc.summary,
             })
             key = {"run_id": base_row["run_id"], "case_id": case.case_id, "size_bytes": size, "placement": placement}
             for r in range(info.world):
@@ -132,6 +136,7 @@ def run_case(case: CaseSpec, cfg: CollectivesConfig, comm: Comm, hosts: list[str
 
 def run_all(job, info: RankInfo, init_s: float) -> dict:
     """Every case of one launch (one world size, one process group)."""
+    from bench import telemetry
     from bench.collectives.config import expand
     from bench.report.terminal import CollectivesTable
     from bench.results.store import RunWriter
@@ -173,10 +178,14 @@ def run_all(job, info: RankInfo, init_s: float) -> dict:
     if info.rank == 0:
         table._p(f"# communicator: init_process_group {init_s:.3f} s, first collective {first_s * 1e3:.1f} ms "
                  "(excluded from every case)")
-    for i, case in enumerate(cases, 1):
-        if info.rank == 0:
-            table.case_header(i, len(cases), case, line)
-        run_case(case, cfg, comm, hosts, node_ranks, base_row, sink)
+    tel = telemetry.start(job, info, writer)
+    try:
+        for i, case in enumerate(cases, 1):
+            if info.rank == 0:
+                table.case_header(i, len(cases), case, line)
+            run_case(case, cfg, comm, hosts, node_ranks, base_row, sink, tel)
+    finally:
+        tel.close()
     wrong = 0
     if info.rank == 0:
         table.summary(all_rows, notes)

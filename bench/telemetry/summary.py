@@ -1,0 +1,123 @@
+"""Per-case summaries (columns joined into result rows) and long telemetry rows, from what each
+node's sampler sent to rank 0.
+
+A node payload: {"host", "node_rank", "gpus": [uuid], "gpu_status": "" or why there are no GPU
+metrics, "ticks": sampling instants, "samples": [(t, uuid, rank, core, metric, value)],
+"missing": {(uuid or None, metric): reason}}.
+
+Energy is the energy counter's last minus first value over the case (not a sum of power
+samples); PCIe and NVLink bytes are counter differences too. Power is the sum over GPUs of
+each GPU's mean draw; utilization means are over all GPUs' samples.
+"""
+
+from collections import defaultdict
+
+from bench.results.schema import TELEMETRY_SUMMARY
+from bench.telemetry.nvml import IDLE_BIT, REASON_BITS
+
+COUNTERS = {"energy_j": "gpu_energy_j", "pcie_tx_bytes": "gpu_pcie_tx_bytes", "pcie_rx_bytes": "gpu_pcie_rx_bytes",
+            "nvlink_tx_bytes": "gpu_nvlink_tx_bytes", "nvlink_rx_bytes": "gpu_nvlink_rx_bytes"}
+
+COLUMNS = TELEMETRY_SUMMARY  # the summary columns, with their pandas dtypes
+
+
+def _mean(xs):
+    return sum(xs) / len(xs) if xs else None
+
+
+def _max(xs):
+    return max(xs) if xs else None
+
+
+def _int(x):
+    return None if x is None else int(x)
+
+
+def reason_names(mask: int) -> list[str]:
+    return [name for bit, name in REASON_BITS.items() if mask & bit] + (
+        [f"0x{mask & ~sum(REASON_BITS):x}"] if mask & ~sum(REASON_BITS) else [])
+
+
+def missing_text(nodes: list[dict]) -> str:
+    """'NVML: library not found' or 'energy_j: not supported; ...' (deduplicated over GPUs)."""
+    parts = []
+    for n in nodes:
+        if n.get("gpu_status"):
+            parts.append(n["gpu_status"] if len(nodes) == 1 else f"{n['host']}: {n['gpu_status']}")
+    seen = {}
+    for n in nodes:
+        for (_uuid, metric), why in sorted(n.get("missing", {}).items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+            seen.setdefault(f"{metric}: {why}", None)
+    return "; ".join(dict.fromkeys(parts + list(seen)))
+
+
+def summarize(nodes: list[dict], t0: float, t1: float, interval_s: float) -> dict:
+    """The summary columns for one case (every key of COLUMNS; None where nothing was read)."""
+    per_dev = defaultdict(lambda: defaultdict(list))  # (host, uuid) -> metric -> [(t, v)]
+    host = defaultdict(list)  # metric -> [v]
+    gpus = 0
+    for n in nodes:
+        gpus += len(n.get("gpus", []))
+        for t, uuid, _rank, _core, metric, v in n.get("samples", []):
+            if uuid is None:
+                host[metric].append(v)
+            else:
+                per_dev[(n["host"], uuid)][metric].append((t, v))
+
+    def vals(metric):
+        return [v for d in per_dev.values() for _t, v in d.get(metric, [])]
+
+    s = {k: None for k in COLUMNS}
+    s.update(telemetry_samples=max((n.get("ticks", 0) for n in nodes), default=0), telemetry_interval_s=interval_s,
+             case_start_unix_s=t0, case_end_unix_s=t1, gpus_sampled=gpus,
+             gpu_mem_used_peak_bytes=_int(_max(vals("mem_used_bytes"))),
+             gpu_mem_total_bytes=_int(_max(vals("mem_total_bytes"))),
+             gpu_proc_mem_peak_bytes=_int(_max(vals("proc_mem_used_bytes"))),
+             gpu_util_mean_pct=_mean(vals("gpu_util_pct")), gpu_util_max_pct=_max(vals("gpu_util_pct")),
+             gpu_mem_util_mean_pct=_mean(vals("mem_util_pct")), gpu_mem_util_max_pct=_max(vals("mem_util_pct")),
+             gpu_temp_max_c=_max(vals("temperature_c")),
+             gpu_sm_clock_mean_mhz=_mean(vals("sm_clock_mhz")), gpu_mem_clock_mean_mhz=_mean(vals("mem_clock_mhz")),
+             host_cpu_util_mean_pct=_mean(host["cpu_util_pct"]), host_cpu_util_max_pct=_max(host["cpu_util_pct"]),
+             rank_rss_peak_bytes=_int(_max(host["rss_bytes"])), host_load1_max=_max(host["load1"]))
+    powers = [_mean([v for _t, v in d["power_w"]]) for d in per_dev.values() if d.get("power_w")]
+    s["gpu_power_mean_w"] = sum(powers) if powers and len(powers) == len(per_dev) else None
+    for metric, col in COUNTERS.items():
+        s[col] = counter_delta(per_dev, metric)
+    masks = [int(v) for v in vals("clock_event_reasons")]
+    if masks:
+        seen = 0
+        for m in masks:
+            seen |= m
+        s["throttled"] = bool(seen & ~IDLE_BIT)
+        s["throttle_reasons"] = ",".join(reason_names(seen))
+    s["telemetry_missing"] = missing_text(nodes)
+    return s
+
+
+def counter_delta(per_dev, metric: str):
+    """Sum over GPUs of last - first; None unless every GPU has two readings and none went back."""
+    if not per_dev:
+        return None
+    total = 0.0
+    for d in per_dev.values():
+        pts = sorted(d.get(metric, []))
+        if len(pts) < 2 or pts[-1][1] < pts[0][1]:  # not read, or the counter was reset
+            return None
+        total += pts[-1][1] - pts[0][1]
+    return total
+
+
+def long_rows(nodes: list[dict], run_id: str, case_id: str, keys: dict, t0: float) -> list[dict]:
+    """The telemetry table's rows: one per sampled value, one per missing metric (value null)."""
+    rows = []
+    for n in nodes:
+        base = {"run_id": run_id, "case_id": case_id, **keys, "host": n["host"], "node_rank": n["node_rank"]}
+        rows.extend({**base, "device_uuid": uuid, "rank": rank, "core": core, "time_s": t, "metric": metric,
+                     "value": v, "reason": None} for t, uuid, rank, core, metric, v in n.get("samples", []))
+        if n.get("gpu_status"):
+            rows.append({**base, "device_uuid": None, "rank": None, "core": None, "time_s": t0,
+                         "metric": "gpu_metrics", "value": None, "reason": n["gpu_status"]})
+        for (uuid, metric), why in n.get("missing", {}).items():
+            rows.append({**base, "device_uuid": uuid, "rank": None, "core": None, "time_s": t0,
+                         "metric": metric, "value": None, "reason": why})
+    return rows
