@@ -1,0 +1,60 @@
+"""`distbench telemetry-overhead`: what the telemetry sampler costs (see overhead.py)."""
+
+import json
+import os
+import sys
+
+
+def add_parser(sub):
+    p = sub.add_parser("telemetry-overhead",
+                       help="time one all_reduce case with telemetry sampling on and off, interleaved")
+    p.add_argument("--nproc", "--world", dest="world", type=int, default=2, help="ranks (default 2)")
+    p.add_argument("--backend", default="auto", help="auto | gloo | nccl")
+    p.add_argument("--sizes", default="4K,1M", help="all_reduce sizes (default 4K,1M)")
+    p.add_argument("--repeats", type=int, default=8, help="on/off pairs per size, ABBA order (default 8)")
+    p.add_argument("--interval-s", dest="interval_s", type=float, default=0.1, help="sampling interval (default 0.1)")
+    p.add_argument("--budget-s", dest="budget_s", type=float, default=0.3, help="timed seconds per case (default 0.3)")
+    p.add_argument("--mode", default="latency", help="latency | throughput")
+    p.add_argument("--json", dest="json_path", default=None, help="also write the numbers to this file")
+    p.set_defaults(func=cmd_overhead)
+
+
+def cmd_overhead(args) -> int:
+    from bench.dist.env import check_world, resolve_backend
+    from bench.dist.launch import launch, run_in_group
+    from bench.errors import BenchError, unknown
+    from bench.telemetry.overhead import analyse, rank_main
+    from bench.timing.loop import MODES
+    from bench.units import parse_size_list
+
+    if args.mode not in MODES:
+        raise unknown("timing mode", args.mode, MODES)
+    for name, v in (("--repeats", args.repeats), ("--nproc", args.world)):
+        if v < 1:
+            raise BenchError(f"{name} {v} must be >= 1")
+    if args.interval_s <= 0 or args.budget_s <= 0:
+        raise BenchError(f"--interval-s ({args.interval_s}) and --budget-s ({args.budget_s}) must be > 0")
+    sizes = parse_size_list([s for s in args.sizes.split(",") if s.strip()])
+    backend = resolve_backend(args.backend)
+    check_world(args.world, backend)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    res = launch(run_in_group, (rank_main, backend, 300.0, sizes, args.repeats, args.interval_s, args.budget_s,
+                                args.mode), nproc=args.world)[0]
+    table = analyse(res["rows"])
+    spc = res["samples_per_case"]
+    print(f"# telemetry overhead: all_reduce {args.mode}, world={res['world']} backend={res['backend']} "
+          f"device={res['device']} interval={args.interval_s}s budget={args.budget_s}s repeats={args.repeats} (ABBA)")
+    print(f"# GPU metrics: {res['gpu_status'] or 'ok'}; samples per sampled case: "
+          f"{min(spc) if spc else 0}..{max(spc) if spc else 0}")
+    print(f"# {'size':>10} {'median on (us)':>15} {'median off (us)':>16} {'ratio':>7} {'paired':>7} {'off spread':>10}")
+    for r in table:
+        print(f"  {r['size_bytes']:>10} {r['median_on_s'] * 1e6:>15.2f} {r['median_off_s'] * 1e6:>16.2f} "
+              f"{r['ratio']:>7.4f} {r['paired_ratio_median']:>7.4f} {r['off_spread']:>10.1%}")
+    worst = max(abs(r["ratio"] - 1) for r in table)
+    print(f"# largest median shift {worst:.2%} ({'below' if worst < 0.02 else 'NOT below'} 2%); "
+          "'off spread' = (max - min) / median of the off repeats: the noise to compare it with")
+    if args.json_path:
+        with open(args.json_path, "w") as f:
+            json.dump({"args": vars(args) | {"func": None}, "result": res, "table": table}, f, indent=1, default=str)
+    sys.stdout.flush()
+    return 0
