@@ -403,7 +403,7 @@ def test_summary_joined_into_result_rows(tmp_path):
     from bench.results.schema import TELEMETRY_SUMMARY
     from bench.results.store import latest_run, load_run
 
-    common = ("collectives", "-c", "all_reduce", "--sizes", "4K", "--nproc", "1", "-n", "3", "-w", "1",
+    common = ("collectives", "-c", "all_reduce", "--sizes", "4K", "--nproc", "2", "-n", "3", "-w", "1",
               "--budget-s", "0.01", "--telemetry-interval-s", "0.01")
     p = run_cli(*common, "--out", str(tmp_path / "on"), timeout=300)
     assert p.returncode == 0, p.stderr
@@ -415,6 +415,7 @@ def test_summary_joined_into_result_rows(tmp_path):
     assert (res["case_end_unix_s"] >= res["case_start_unix_s"]).all()
     t = run["telemetry"]
     assert set(t["case_id"]) == set(res["case_id"]) and (t["run_id"] == res["run_id"].iloc[0]).all()
+    assert set(t.loc[t.metric == "rss_bytes", "rank"]) == {0, 1}  # the node sampler sees both ranks
     if res["gpus_sampled"].eq(0).all():
         assert res["gpu_util_mean_pct"].isna().all() and res["telemetry_missing"].str.len().gt(0).all()
         assert run.meta["telemetry"]["gpu_metrics"] != "ok"
