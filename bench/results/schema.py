@@ -131,8 +131,92 @@ TELEMETRY = {
     "reason": "string",  # why the metric is missing; null when it has a value
 }
 
-TABLES = {"results": {**COMMON, **COLLECTIVE, **TELEMETRY_SUMMARY}, "samples": SAMPLES, "ranks": RANKS,
-          "telemetry": TELEMETRY}
+# Allreduce algorithms (bench/algorithms, kind "algorithm"; docs/allreduce.md): extra results columns
+# and the cost-model tables. Everything in `model`, `predictions` and `crossover` is model output.
+ALGORITHM = {
+    "chunk_bytes": "int64",  # ring's pipelined chunk; 0 for the other algorithms
+    "variant": "string",  # "NCCL_ALGO=Tree" etc. of a native launch; "" when none is set
+    "nccl_env": "string",  # JSON of every NCCL_* / TORCH_NCCL_* variable of the launch
+    "model_steps": "float64",  # a(n) of t = a*alpha + b*S*beta
+    "model_bytes_factor": "float64",  # b(n)
+}
+
+MODEL = {  # one row per fitted (algorithm, worlds) and per algorithm and world measured
+    "run_id": "string",
+    "suite": "string",
+    "label": "string",  # algorithm, or algorithm[variant]
+    "algorithm": "string",
+    "variant": "string",
+    "dtype": "string",
+    "op": "string",
+    "mode": "string",
+    "fit_worlds": "string",  # "2", "4", "2,4"
+    "oversubscribed": "bool",  # any fitted point came from an oversubscribed launch
+    "coefficients": "string",  # a(n), b(n) in words
+    "points": "int64",
+    "alpha_s": "float64",
+    "alpha_us": "float64",
+    "beta_s_per_byte": "float64",
+    "bandwidth_gbps": "float64",  # 1 / beta, 1e9 B/s
+    "rms_rel_residual": "float64",  # (fitted - measured) / measured
+    "max_abs_rel_residual": "float64",
+    "used_for_predictions": "bool",
+    "latency_s": "float64",  # measured, at the smallest size (single-world rows only)
+    "latency_size_bytes": "int64",
+    "peak_busbw_gbps": "float64",  # measured
+    "peak_size_bytes": "int64",
+    "n_half_bytes": "float64",  # smallest size reaching half the peak busbw (interpolated)
+    "n_half_at_or_below": "bool",  # the smallest size already reaches it
+}
+
+RESIDUALS = {
+    "run_id": "string",
+    "label": "string",
+    "fit_worlds": "string",
+    "world": "int64",
+    "size_bytes": "int64",
+    "measured_s": "float64",
+    "fitted_s": "float64",
+    "rel_residual": "float64",
+}
+
+PREDICTIONS = {  # model output, never measurements
+    "run_id": "string",
+    "suite": "string",
+    "source": "string",  # always "model"
+    "label": "string",
+    "algorithm": "string",
+    "dtype": "string",
+    "op": "string",
+    "mode": "string",
+    "fit_worlds": "string",  # the launches whose fit made the prediction
+    "fit_oversubscribed": "bool",
+    "world": "int64",
+    "size_bytes": "int64",
+    "predicted_time_s": "float64",
+    "predicted_algbw_gbps": "float64",
+    "predicted_busbw_gbps": "float64",  # 2(n-1)/n factor, as measured rows
+    "measured_time_s": "float64",  # the measurement at this world and size, where one exists
+}
+
+CROSSOVER = {  # tree vs ring, per measured world
+    "run_id": "string",
+    "dtype": "string",
+    "op": "string",
+    "mode": "string",
+    "world": "int64",
+    "oversubscribed": "bool",
+    "measured_kind": "string",  # crossover | ring_always | tree_always | inverted
+    "measured_bytes": "float64",
+    "model_kind": "string",  # from each algorithm's own fit at this world
+    "model_bytes": "float64",
+    "textbook_kind": "string",  # one alpha and beta (ring's fit) for both: coefficients alone
+    "textbook_bytes": "float64",
+}
+
+TABLES = {"results": {**COMMON, **COLLECTIVE, **TELEMETRY_SUMMARY, **ALGORITHM}, "samples": SAMPLES, "ranks": RANKS,
+          "telemetry": TELEMETRY, "model": MODEL, "residuals": RESIDUALS, "predictions": PREDICTIONS,
+          "crossover": CROSSOVER}
 
 
 def conform(df, table: str):

@@ -1,0 +1,184 @@
+"""The allreduce suite config (`kind = "allreduce"`) and its expansion into cases (pure)."""
+
+from dataclasses import dataclass
+
+from bench.errors import BenchError, did_you_mean, unknown
+from bench.timing.loop import MODES
+from bench.units import dtype_name, parse_dtype, parse_size, parse_size_list, size_sweep
+
+# NCCL_ALGO / NCCL_PROTO values NCCL accepts (NCCL docs, "Environment Variables"); case-insensitive.
+NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+NCCL_PROTOS = ("LL", "LL128", "Simple")
+AUTO = ("auto",)
+AUTO_NCCL_ALGOS = ("Ring", "Tree")  # NVLS / CollNet only where the machine has them: ask for them
+AUTO_NCCL_PROTOS = ("LL", "LL128", "Simple")
+POW2_WORLDS = tuple(2**k for k in range(1, 11))  # 2 .. 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllreduceConfig:
+    """Fields of a `kind = "allreduce"` suite file; every CLI option overrides one of them."""
+
+    name: str = "allreduce"  # results go to <out>/<name>/<run_id>/
+    description: str = ""
+    algorithms: tuple[str, ...] = ("all",)  # registry names (ring, tree, star, halving_doubling, native) or "all"
+    world: tuple[int, ...] = (2, 4)  # one launch (one process group) per world size
+    backend: str = "auto"  # auto: nccl with CUDA, else gloo
+    dtypes: tuple[str, ...] = ("float32",)
+    ops: tuple[str, ...] = ("sum",)  # sum | max | min | product
+    modes: tuple[str, ...] = ("latency",)
+    sizes: tuple[str, ...] = ()  # explicit sizes; when empty, the min/max/step sweep
+    min_bytes: str = "4K"
+    max_bytes: str = "64M"
+    step_factor: float = 2.0
+    chunk_bytes: str = "1M"  # ring: bytes per pipelined chunk (> 0)
+    nccl_algos: tuple[str, ...] = AUTO  # nccl only: one native launch per NCCL_ALGO value (auto: Ring, Tree)
+    nccl_protos: tuple[str, ...] = AUTO  # nccl only: one native launch per NCCL_PROTO value (auto: all three)
+    warmup: int = 2  # floor of warm-up ops per size
+    iters: int = 5  # floor of timed ops per size
+    budget_s: float = 0.02  # timed seconds to aim for per size and algorithm
+    check: int = 1  # correctness checks per size, outside the timed region
+    predict_worlds: tuple[int, ...] = POW2_WORLDS  # model predictions (not measurements) at these worlds
+    predict_sizes: tuple[str, ...] = ("4K", "1M", "64M")
+    timeout_s: float = 300.0  # process-group timeout: a hang fails after this
+    telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
+    telemetry_interval_s: float = 0.1
+    out: str = "results"
+
+    def __post_init__(self):
+        from bench.algorithms import OPS
+
+        for w in (*self.world, *self.predict_worlds):
+            if w < 1:
+                raise BenchError(f"world size {w} must be >= 1")
+        for m in self.modes:
+            if m not in MODES:
+                raise unknown("timing mode", m, MODES)
+        for d in self.dtypes:
+            parse_dtype(d)
+        for o in self.ops:
+            if o not in OPS:
+                raise unknown("allreduce op", o, OPS)
+        self.algorithm_names()
+        for name, v, lo in (("warmup", self.warmup, 0), ("iters", self.iters, 1), ("check", self.check, 0)):
+            if v < lo:
+                raise BenchError(f"{name} {v} must be >= {lo}")
+        for name, v in (("budget_s", self.budget_s), ("timeout_s", self.timeout_s),
+                        ("telemetry_interval_s", self.telemetry_interval_s)):
+            if not v > 0:
+                raise BenchError(f"{name} {v} must be > 0")
+        self.chunk()
+        self.size_list()
+        parse_size_list(list(self.predict_sizes))
+        canonical(self.nccl_algos, NCCL_ALGOS, "NCCL_ALGO")
+        canonical(self.nccl_protos, NCCL_PROTOS, "NCCL_PROTO")
+
+    def chunk(self) -> int:
+        """Ring chunk in bytes; a size <= 0 is bad input."""
+        text = str(self.chunk_bytes).strip()
+        if text.startswith("-") or (text[:1].isdigit() and parse_size(text) == 0):
+            raise BenchError(f"chunk size '{self.chunk_bytes}' must be > 0 bytes (the ring sends each segment "
+                             "in chunks of this size), e.g. 256K or 1M")
+        return parse_size(text)
+
+    def size_list(self) -> list[int]:
+        if self.sizes:
+            return parse_size_list(list(self.sizes))
+        return size_sweep(parse_size(self.min_bytes), parse_size(self.max_bytes), self.step_factor)
+
+    def algorithm_names(self) -> list[str]:
+        from bench.algorithms import REGISTRY
+
+        if tuple(self.algorithms) in (("all",), ()):
+            return REGISTRY.names()
+        return [REGISTRY.get(n).name for n in self.algorithms]
+
+    def nccl_asked(self) -> bool:
+        """Did the user ask for NCCL settings (anything but the default 'auto' or an empty list)?"""
+        return any(v not in (AUTO, ()) for v in (self.nccl_algos, self.nccl_protos))
+
+    def nccl_variants(self) -> list[dict[str, str]]:
+        """The environment of each extra native launch on nccl: one variable changed at a time."""
+        algos = AUTO_NCCL_ALGOS if self.nccl_algos == AUTO else canonical(self.nccl_algos, NCCL_ALGOS, "NCCL_ALGO")
+        protos = AUTO_NCCL_PROTOS if self.nccl_protos == AUTO else canonical(self.nccl_protos, NCCL_PROTOS,
+                                                                             "NCCL_PROTO")
+        return [{"NCCL_ALGO": a} for a in algos] + [{"NCCL_PROTO": p} for p in protos]
+
+
+def canonical(values, allowed, what: str) -> tuple[str, ...]:
+    """Case-insensitive match onto NCCL's spelling; 'auto' passes through."""
+    by_lower = {a.lower(): a for a in allowed}
+    out = []
+    for v in values:
+        if v == "auto":
+            continue
+        if str(v).lower() not in by_lower:
+            hint = did_you_mean(str(v).lower(), list(by_lower))
+            hint = f" (did you mean '{by_lower[hint.split(chr(39))[1]]}'?)" if hint else ""
+            raise BenchError(f"unknown {what} value '{v}'{hint}; allowed: {', '.join(allowed)}")
+        out.append(by_lower[str(v).lower()])
+    return tuple(out)
+
+
+def variant_label(env) -> str:
+    """'NCCL_ALGO=Ring,NCCL_PROTO=LL' from an environment; '' when neither is set."""
+    return ",".join(f"{k}={env[k]}" for k in ("NCCL_ALGO", "NCCL_PROTO") if env.get(k))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseSpec:
+    """One algorithm at one dtype/op/mode over all sizes, at one world (and NCCL variant)."""
+
+    algorithm: str
+    dtype: str
+    op: str
+    mode: str
+    world: int
+    sizes: tuple[int, ...]  # bytes, whole elements
+    chunk_bytes: int  # ring's chunk; 0 for the others
+    variant: str = ""  # NCCL_ALGO / NCCL_PROTO of the launch, native only
+
+    @property
+    def label(self) -> str:
+        """What tables and the model call this algorithm: 'ring', 'native[NCCL_ALGO=Tree]'."""
+        return f"{self.algorithm}[{self.variant}]" if self.variant else self.algorithm
+
+    @property
+    def case_id(self) -> str:
+        chunk = f".chunk{self.chunk_bytes}" if self.chunk_bytes else ""
+        var = f".{self.variant.replace(',', '.')}" if self.variant else ""
+        return f"allreduce.{self.algorithm}{chunk}{var}.{self.dtype}.{self.op}.{self.mode}.w{self.world}"
+
+    def chunk_numel(self, elem_bytes: int) -> int:
+        return max(self.chunk_bytes // elem_bytes, 1) if self.chunk_bytes else 0
+
+
+def expand(cfg: AllreduceConfig, world: int, variant: str = "") -> list[CaseSpec]:
+    """Cases for one launch. A variant launch (NCCL_ALGO/PROTO set) runs native only: the p2p
+    algorithms do not depend on those settings."""
+    import torch
+
+    names = cfg.algorithm_names()
+    if variant:
+        names = [n for n in names if n == "native"]
+    cases = []
+    for dname in cfg.dtypes:
+        dtype = parse_dtype(dname)
+        esize = torch.empty((), dtype=dtype).element_size()
+        sizes: list[int] = []
+        for s in cfg.size_list():
+            b = max(s // esize, 1) * esize
+            if b not in sizes:
+                sizes.append(b)
+        for op in cfg.ops:
+            for mode in cfg.modes:
+                for name in names:
+                    cases.append(CaseSpec(algorithm=name, dtype=dtype_name(dtype), op=op, mode=mode, world=world,
+                                          sizes=tuple(sizes), chunk_bytes=cfg.chunk() if name == "ring" else 0,
+                                          variant=variant if name == "native" else ""))
+    return cases
+
+
+def predict_size_list(cfg: AllreduceConfig) -> list[int]:
+    return parse_size_list(list(cfg.predict_sizes))
+
