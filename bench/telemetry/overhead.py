@@ -1,10 +1,14 @@
 """The sampler's own cost: the same all_reduce case timed with sampling on and off, interleaved
-in one process group (ABBA order per repeat, same buffers), several repeats per size.
+in one process group (same buffers), several repeats per size.
 
-For each size: median over repeats of the case median (slowest-rank completion time) with
-sampling on, the same with it off, and their ratio; also the median of the per-repeat paired
-ratios. A ratio of 1.02 is a 2% shift of the median.
+Each repeat runs three arms in a rotating order: sampling on, off, and off again ("off2", an
+A/A control: its ratio to "off" is what noise alone does on this machine). For each size:
+the median over repeats of the case median (slowest-rank completion time) per arm, the ratio
+on/off of those medians, the median of the per-repeat paired ratios, and the same for
+off2/off. A ratio of 1.02 is a 2% shift of the median.
 """
+
+ARMS = ("on", "off", "off2")
 
 import statistics
 from types import SimpleNamespace
@@ -44,7 +48,7 @@ def rank_main(info, sizes: list[int], repeats: int, interval_s: float, budget_s:
 
             once(off)  # warm this size up, not counted
             for rep in range(repeats):
-                for which in (("on", "off") if rep % 2 == 0 else ("off", "on")):
+                for which in ARMS[rep % 3:] + ARMS[:rep % 3]:  # each arm first, second, third in turn
                     med, summary = once(on if which == "on" else off)
                     rows.append({"size_bytes": size, "repeat": rep, "telemetry": which, "median_s": med})
                     if which == "on" and summary:
@@ -58,17 +62,24 @@ def rank_main(info, sizes: list[int], repeats: int, interval_s: float, budget_s:
             "world": info.world, "backend": info.backend, "device": str(info.device)}
 
 
+def _ratios(by_arm: dict, a: str, b: str) -> tuple[float, float]:
+    """(ratio of the medians, median of the paired per-repeat ratios) of arm a over arm b."""
+    ra, rb = by_arm[a], by_arm[b]
+    med_a, med_b = statistics.median(ra.values()), statistics.median(rb.values())
+    paired = [ra[k] / rb[k] for k in ra if k in rb and rb[k] > 0]
+    return (med_a / med_b if med_b > 0 else float("nan"), statistics.median(paired) if paired else float("nan"))
+
+
 def analyse(rows: list[dict]) -> list[dict]:
-    """Per size: median on, median off, ratio of medians, median paired ratio."""
+    """Per size: median per arm, on/off and off2/off ratios (of medians, and paired)."""
     out = []
     for size in sorted({r["size_bytes"] for r in rows}):
-        mine = [r for r in rows if r["size_bytes"] == size]
-        on = {r["repeat"]: r["median_s"] for r in mine if r["telemetry"] == "on"}
-        off = {r["repeat"]: r["median_s"] for r in mine if r["telemetry"] == "off"}
-        med_on, med_off = statistics.median(on.values()), statistics.median(off.values())
-        paired = [on[k] / off[k] for k in on if k in off and off[k] > 0]
-        out.append({"size_bytes": size, "repeats": len(paired), "median_on_s": med_on, "median_off_s": med_off,
-                    "ratio": med_on / med_off if med_off > 0 else float("nan"),
-                    "paired_ratio_median": statistics.median(paired) if paired else float("nan"),
-                    "off_spread": (max(off.values()) - min(off.values())) / med_off if med_off > 0 else float("nan")})
+        by_arm = {a: {r["repeat"]: r["median_s"] for r in rows if r["size_bytes"] == size and r["telemetry"] == a}
+                  for a in ARMS}
+        ratio, paired = _ratios(by_arm, "on", "off")
+        aa, aa_paired = _ratios(by_arm, "off2", "off")
+        out.append({"size_bytes": size, "repeats": len(by_arm["on"]),
+                    "median_on_s": statistics.median(by_arm["on"].values()),
+                    "median_off_s": statistics.median(by_arm["off"].values()),
+                    "ratio": ratio, "paired_ratio_median": paired, "aa_ratio": aa, "aa_paired_ratio_median": aa_paired})
     return out
