@@ -425,3 +425,34 @@ def test_summary_joined_into_result_rows(tmp_path):
     run = load_run(latest_run(tmp_path / "off", "collectives"))
     assert run["results"]["telemetry_samples"].isna().all() and "telemetry" not in run.tables
     assert run.meta["telemetry"]["enabled"] is False
+
+
+def test_older_driver_throttle_reasons_fallback():
+    g = three_gpus()[0]
+    g.reasons = 0x4
+    m = fake_nvml([g])
+    g.calls.clear()
+
+    def gone(h):
+        raise m.NVMLError(FUNCTION_NOT_FOUND)
+
+    m.nvmlDeviceGetCurrentClocksEventReasons = gone
+    m.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: h.reasons
+    out = []
+    nvml.GpuProbe(m, g, g.uuid, set()).read(0.0, out)
+    assert [v for *_x, metric, v in out if metric == "clock_event_reasons"] == [4.0]
+
+
+def test_unmapped_cuda_device_leaves_gpu_columns_null_with_reason(monkeypatch):
+    physical = three_gpus()
+    monkeypatch.setattr(nvml, "cuda_identity", lambda device: {"cuda_index": 0, "uuid": "deadbeef", "pci": None,
+                                                                "name": "x", "visible": None})
+    info = SimpleNamespace(rank=0, local_rank=0, node_rank=0, world=1, device=SimpleNamespace(type="cuda", index=0))
+    job = SimpleNamespace(config=SimpleNamespace(telemetry=True, telemetry_interval_s=0.05))
+    tel = Telemetry(job, info, None, nvml_module=fake_nvml(physical), psutil_module=FakePsutil)
+    with tel.case("c") as tc:
+        pass
+    tel.close()
+    assert tc.summary["gpus_sampled"] == 0 and tc.summary["gpu_util_mean_pct"] is None
+    assert tc.summary["telemetry_missing"].startswith("NVML: no NVML device matches CUDA device 0")
+    assert tc.summary["host_cpu_util_mean_pct"] == 20.0
