@@ -52,6 +52,16 @@ class Algorithm:
         """Reduce x (flat, contiguous) over all ranks, in place, result on every rank."""
         raise NotImplementedError
 
+    def scratch(self, like: torch.Tensor, numel: int, slot: int = 0) -> torch.Tensor:
+        """A receive buffer of `numel` elements kept across calls (grow-only), so that timed
+        calls do not pay for fresh pages: a real implementation keeps its buffers too."""
+        cache = self.__dict__.setdefault("_scratch", {})
+        key = (slot, like.dtype, like.device)
+        buf = cache.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = cache[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+        return buf[:numel]
+
 
 def register(cls):
     REGISTRY.register(cls())
@@ -79,8 +89,8 @@ def bounds(count: int, parts: int) -> list[int]:
 def exchange(sends=(), recvs=(), group=None) -> list:
     """Post (tensor, peer) sends and receives as one batch (ncclGroupStart/End on NCCL, so a
     send and a receive in a cycle cannot deadlock); empty tensors are skipped. Returns works."""
-    ops = [dist.P2POp(dist.isend, t, peer, group) for t, peer in sends if t.numel()]
-    ops += [dist.P2POp(dist.irecv, t, peer, group) for t, peer in recvs if t.numel()]
+    ops = [dist.P2POp(dist.irecv, t, peer, group) for t, peer in recvs if t.numel()]
+    ops += [dist.P2POp(dist.isend, t, peer, group) for t, peer in sends if t.numel()]
     return dist.batch_isend_irecv(ops) if ops else []
 
 

@@ -154,13 +154,10 @@ class CaseSpec:
 
 
 def expand(cfg: AllreduceConfig, world: int, variant: str = "") -> list[CaseSpec]:
-    """Cases for one launch. A variant launch (NCCL_ALGO/PROTO set) runs native only: the p2p
-    algorithms do not depend on those settings."""
+    """Cases for one launch; `variant` (the launch's NCCL_ALGO / NCCL_PROTO) labels native."""
     import torch
 
     names = cfg.algorithm_names()
-    if variant:
-        names = [n for n in names if n == "native"]
     cases = []
     for dname in cfg.dtypes:
         dtype = parse_dtype(dname)

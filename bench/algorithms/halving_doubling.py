@@ -37,7 +37,7 @@ class HalvingDoubling(Algorithm):
         red = combine(p.op)
         p2 = pof2_below(n)
         rem = n - p2
-        tmp = torch.empty_like(x)
+        tmp = self.scratch(x, x.numel())
         if r < 2 * rem:  # fold the extra ranks into their odd partners
             if r % 2 == 0:
                 wait(exchange(sends=[(x, r + 1)], group=p.group))

@@ -37,7 +37,7 @@ class Ring(Algorithm):
         steps = 2 * (n - 1)
         right, left = (r + 1) % n, (r - 1) % n
         red = combine(p.op)
-        tmp = [torch.empty(ce, dtype=x.dtype, device=x.device) for _ in range(min(DEPTH, steps * chunks))]
+        tmp = [self.scratch(x, ce, slot) for slot in range(min(DEPTH, steps * chunks))]
 
         def piece(seg: int, c: int) -> torch.Tensor:
             lo, hi = b[seg % n], b[seg % n + 1]

@@ -27,7 +27,7 @@ class Star(Algorithm):
             wait(exchange(recvs=[(x, 0)], group=p.group))
             return
         red = combine(p.op)
-        bufs = torch.empty((n - 1, x.numel()), dtype=x.dtype, device=x.device)
+        bufs = self.scratch(x, (n - 1) * x.numel()).view(n - 1, x.numel())
         pending = [exchange(recvs=[(bufs[i - 1], i)], group=p.group) for i in range(1, n)]
         for i, works in enumerate(pending):  # reduce in rank order, each as soon as it is in
             wait(works)

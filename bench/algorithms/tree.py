@@ -25,7 +25,7 @@ class Tree(Algorithm):
         if n == 1 or x.numel() == 0:
             return
         red = combine(p.op)
-        tmp = torch.empty_like(x)
+        tmp = self.scratch(x, x.numel())
         mask = 1
         while mask < n:  # reduce towards rank 0
             if r & mask:

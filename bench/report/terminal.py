@@ -76,3 +76,146 @@ class CollectivesTable:
         self._p(f"#  Wrong elements: {wrong} {'OK' if wrong == 0 else 'FAILED'}; noisy rows: {noisy}/{len(rows)}")
         for n in notes:
             self._p(f"#  Note: {n}")
+
+
+class AllreduceTable:
+    """Allreduce algorithms side by side, one line per size (nccl-tests' columns, one time/busbw
+    pair per algorithm). Time is the median over iterations of the slowest rank, in microseconds;
+    '*' marks a noisy cell (IQR/median > 0.1)."""
+
+    CELL = 19
+
+    def __init__(self, out=None):
+        self.out = out or sys.stdout
+        self.labels: list[str] = []
+
+    def _p(self, line=""):
+        print(line, file=self.out, flush=True)
+
+    def launch_line(self, text: str):
+        self._p(f"# allreduce algorithms: {text}")
+
+    def header(self, case, labels: list[str]):
+        self.labels = list(labels)
+        self._p(f"# dtype={case.dtype} op={case.op} mode={case.mode}  {len(case.sizes)} size(s)  world={case.world}"
+                + (f"  ring chunk={format_size(case.chunk_bytes)}B" if any(lb == "ring" for lb in labels)
+                   and case.chunk_bytes else ""))
+        names = "".join(f"{lb[:self.CELL - 1]:>{self.CELL}}" for lb in self.labels)
+        units = "".join(f"{'time(us)':>{self.CELL - 8}}{'busbw':>8}" for _ in self.labels)
+        self._p(f"#{'size':>11} {'count':>12} {'type':>8} {'redop':>6}{names} {'#wrong':>7}")
+        self._p(f"#{'(B)':>11} {'(elements)':>12} {'':>8} {'':>6}{units} {'':>7}")
+
+    def size_row(self, rows: list[dict]):
+        if not rows:
+            return
+        by = {_label(r): r for r in rows}
+        cells = []
+        for lb in self.labels:
+            r = by.get(lb)
+            if r is None:
+                cells.append(f"{'-':>{self.CELL - 8}}{'-':>8}")
+                continue
+            mark = "*" if r["noisy"] else " "
+            cells.append(f"{r['time_median_s'] * 1e6:>{self.CELL - 9}.1f}{mark}{_num(r['busbw_gbps'], '8.3f'):>8}")
+        r0 = rows[0]
+        wrong = sum(int(r["wrong"]) for r in rows)
+        self._p(f"{r0['size_bytes']:>12} {r0['count']:>12} {_TYPE.get(r0['dtype'], r0['dtype']):>8} "
+                f"{r0['op']:>6}{''.join(cells)} {wrong:>7}")
+
+    def footer(self, rows: list[dict], world: int, notes: list[str]):
+        wrong = sum(int(r["wrong"]) for r in rows)
+        noisy = sum(bool(r["noisy"]) for r in rows)
+        self._p(f"# busbw = algbw x 2(n-1)/n = algbw x {2 * (world - 1) / world:.3f} for EVERY algorithm (nccl-tests' "
+                "all_reduce factor): a normalisation, not the bytes each algorithm moves.")
+        self._p(f"#  Wrong elements: {wrong} {'OK' if wrong == 0 else 'FAILED'}; noisy cells: {noisy}/{len(rows)}")
+        for n in notes:
+            self._p(f"#  Note: {n}")
+
+
+def _label(r: dict) -> str:
+    v = r.get("variant") or ""
+    return f"{r['algorithm']}[{v}]" if v else r["algorithm"]
+
+
+def _bytes(n) -> str:
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
+        return "-"
+    for unit, f in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= f:
+            return f"{n / f:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def _crossing(kind, size) -> str:
+    if kind is None:
+        return "-"
+    if kind == "crossover":
+        return f"{_bytes(size)}B"
+    if kind == "inverted":
+        return f"inverted at {_bytes(size)}B (ring faster below)"
+    return {"ring_always": "none, ring faster at every size", "tree_always": "none, tree faster at every size"}[kind]
+
+
+class AllreduceSummary:
+    """The cost-model summary after the last launch: fits, measured latency / peak / n_half,
+    tree-ring crossover (measured vs model), and model predictions for larger worlds."""
+
+    def __init__(self, out=None):
+        self.out = out or sys.stdout
+
+    def _p(self, line=""):
+        print(line, file=self.out, flush=True)
+
+    def print(self, tables: dict, rows: list[dict]):
+        model = tables.get("model", [])
+        if not model:
+            return
+        self._p("#")
+        self._p("# Cost model t = a(n)*alpha + b(n)*S*beta (Hockney; a, b from Thakur, Rabenseifner & Gropp 2005),")
+        self._p("#   fitted per algorithm on relative residuals; native uses ring's a, b (effective values).")
+        self._p("#   '*' = the fit includes an OVERSUBSCRIBED launch; 'P' = the fit used for predictions")
+        self._p(f"#   {'algorithm':<24} {'worlds':>6} {'pts':>4} {'alpha(us)':>10} {'1/beta(GB/s)':>13} "
+                f"{'rms resid':>10} {'max resid':>10}")
+        for m in model:
+            mark = ("*" if m["oversubscribed"] else " ") + ("P" if m["used_for_predictions"] else " ")
+            if m.get("alpha_us") is None:
+                self._p(f"#   {m['label']:<24} {m['fit_worlds']:>6} {m['points']:>4}   (no fit: too few points)")
+                continue
+            self._p(f"#   {m['label']:<24} {m['fit_worlds']:>6}{mark} {m['points']:>2} {m['alpha_us']:>10.1f} "
+                    f"{_num(m['bandwidth_gbps'], '13.3f'):>13} {m['rms_rel_residual'] * 100:>9.1f}% "
+                    f"{m['max_abs_rel_residual'] * 100:>9.1f}%")
+        self._p("# Measured per world: latency at the smallest size, peak busbw and where, n1/2 (size reaching half the peak)")
+        self._p(f"#   {'algorithm':<24} {'world':>5} {'latency(us)':>12} {'at':>6} {'peak busbw':>11} {'at':>6} {'n1/2':>8}")
+        for m in model:
+            if m.get("latency_s") is None:
+                continue
+            nh = ("<=" if m.get("n_half_at_or_below") else "") + f"{_bytes(m.get('n_half_bytes'))}B"
+            self._p(f"#   {m['label']:<24} {m['fit_worlds']:>5}{'*' if m['oversubscribed'] else ' '}"
+                    f"{m['latency_s'] * 1e6:>11.1f} {_bytes(m['latency_size_bytes']) + 'B':>6} "
+                    f"{m['peak_busbw_gbps']:>11.3f} {_bytes(m['peak_size_bytes']) + 'B':>6} {nh:>8}")
+        for c in tables.get("crossover", []):
+            self._p(f"# Tree/ring crossover at world {c['world']}{' (OVERSUBSCRIBED)' if c['oversubscribed'] else ''}: "
+                    f"measured {_crossing(c.get('measured_kind'), c.get('measured_bytes'))}; "
+                    f"model (each algorithm's own fit) {_crossing(c.get('model_kind'), c.get('model_bytes'))}; "
+                    f"coefficients alone (ring's alpha, beta for both) "
+                    f"{_crossing(c.get('textbook_kind'), c.get('textbook_bytes'))}")
+        self._predictions(tables.get("predictions", []))
+
+    def _predictions(self, preds: list[dict]):
+        if not preds:
+            return
+        labels = list(dict.fromkeys(p["label"] for p in preds))
+        basis = {p["label"]: p["fit_worlds"] + (" OVERSUBSCRIBED" if p["fit_oversubscribed"] else "") for p in preds}
+        bases = sorted(set(basis.values()))
+        self._p("#")
+        self._p("# MODEL PREDICTIONS -- model output, NOT measurements: predicted time (us) from the fit on world(s) "
+                + "; ".join(bases))
+        w = max(10, *(len(lb) + 1 for lb in labels))
+        for size in sorted({p["size_bytes"] for p in preds}):
+            at = {(p["label"], p["world"]): p for p in preds if p["size_bytes"] == size}
+            self._p(f"#   size {_bytes(size)}B{'':<4}" + "".join(f"{lb:>{w}}" for lb in labels) + f"{'fastest':>{w}}")
+            for n in sorted({p["world"] for p in at.values()}):
+                ts = {lb: at[(lb, n)]["predicted_time_s"] for lb in labels if (lb, n) in at}
+                best = min(ts, key=ts.get) if ts else "-"
+                self._p(f"#   {'world ' + str(n):<14}" + "".join(f"{ts[lb] * 1e6:>{w}.1f}" if lb in ts else f"{'-':>{w}}"
+                                                          for lb in labels) + f"{best:>{w}}")
