@@ -4,8 +4,9 @@ Runs, with nccl and CUDA-event timing (the timer on a cuda device), through the 
 one collective case (all_reduce, world 1), one allreduce-algorithm case (`distbench
 allreduce`) and one strategy case (`distbench strategies`), then prints the telemetry summary
 of each with the NVML values it read. A subcommand that does not exist yet is skipped with a
-message. Without CUDA it says so and exits 0. Exit 1 when a run fails or its rows carry no
-GPU telemetry. Results go to results/gpu-smoke-* (or --out).
+message. Without CUDA it says so and exits 0 (`--cpu` runs the same steps with gloo, to check
+this script itself). Exit 1 when a run fails or its rows carry no GPU telemetry. Results go
+under results/gpu-smoke/<suite>/<run_id>/ (or --out), away from the suites' own latest runs.
 """
 
 import argparse
@@ -63,7 +64,7 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def report(kind: str, run_dir: str) -> list[str]:
+def report(kind: str, run_dir: str, need_gpu: bool = True) -> list[str]:
     """Print the telemetry summary of a run; return problems found."""
     import pandas as pd
 
@@ -89,7 +90,7 @@ def report(kind: str, run_dir: str) -> list[str]:
         print(textwrap.fill(" ".join(pairs), width=118, initial_indent="      ", subsequent_indent="      "))
     if "gpus_sampled" not in res.columns or res["gpus_sampled"].isna().all():
         problems.append(f"{kind}: results rows carry no telemetry (does its runner wrap cases in tel.case?)")
-    elif res["gpu_mem_used_peak_bytes"].isna().any():
+    elif need_gpu and res["gpu_mem_used_peak_bytes"].isna().any():
         why = "; ".join(sorted(set(res["telemetry_missing"].dropna()))) or "?"
         problems.append(f"{kind}: GPU telemetry missing in some rows: {why}")
     t = run.tables.get("telemetry")
@@ -102,7 +103,7 @@ def report(kind: str, run_dir: str) -> list[str]:
     return problems
 
 
-def run_step(kind: str, argv: list[str]) -> tuple[str, list[str]]:
+def run_step(kind: str, argv: list[str], need_gpu: bool = True) -> tuple[str, list[str]]:
     """('ok' | 'skipped' | 'failed', problems)."""
     print(f"\n## {kind}: python -m bench {' '.join(argv)}", flush=True)
     t0 = time.perf_counter()
@@ -121,39 +122,49 @@ def run_step(kind: str, argv: list[str]) -> tuple[str, list[str]]:
         print(tail)
         return "failed", [f"{kind}: exit {p.returncode}"]
     print(f"  ran in {took:.1f} s; results: {m[-1]}")
-    problems = report(kind, m[-1])
+    problems = report(kind, m[-1], need_gpu)
     return ("failed" if problems else "ok"), problems
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results", help="results root (default results/)")
+    ap.add_argument("--out", default="results/gpu-smoke", help="results root (default results/gpu-smoke)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="run the same steps with gloo on CPU (checks this script; GPU columns stay null)")
     args = ap.parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
+    backend = "gloo" if args.cpu else "nccl"
+    if not args.cpu and not torch.cuda.is_available():
         print(f"gpu-smoke: no CUDA device visible (torch {torch.__version__}, CUDA {torch.version.cuda}); "
               "nothing to check here, run it on a GPU machine")
         return 0
-    print(f"gpu-smoke: {torch.cuda.device_count()} CUDA device(s), {torch.cuda.get_device_name(0)}; "
-          f"torch {torch.__version__}, CUDA {torch.version.cuda}; backend nccl, world 1, CUDA-event timing")
-    common = ["--nproc", "1", "--backend", "nccl", "--telemetry-interval-s", "0.05"]
+    if args.cpu:
+        print(f"gpu-smoke --cpu: torch {torch.__version__}; backend gloo, world 1, host timers")
+    else:
+        print(f"gpu-smoke: {torch.cuda.device_count()} CUDA device(s), {torch.cuda.get_device_name(0)}; "
+              f"torch {torch.__version__}, CUDA {torch.version.cuda}; backend nccl, world 1, CUDA-event timing")
+    common = ["--nproc", "1", "--backend", backend, "--telemetry-interval-s", "0.05"]
     steps = [("collectives", ["collectives", "--suite", os.devnull, "-c", "all_reduce", "--sizes", "1M,64M",
                               "--budget-s", "0.3", "--out", f"{args.out}", *common])]
     for kind in ("allreduce", "strategies"):
         help_text = subcommand_help(kind)
         if help_text is None:
-            print(f"\n## {kind}: skipped: `distbench {kind}` does not exist yet")
+            steps.append((kind, None))
             continue
         extra = short_args(kind, help_text)
         if "--telemetry-interval-s" not in help_text:  # a kind not on the common options yet
-            extra_common = ["--nproc", "1", "--backend", "nccl"]
+            extra_common = ["--nproc", "1", "--backend", backend]
         else:
             extra_common = common
         steps.append((kind, [kind, *extra, "--out", args.out, *extra_common]))
     outcomes, problems = {}, []
     for kind, a in steps:
-        outcomes[kind], p = run_step(kind, a)
+        if a is None:
+            print(f"\n## {kind}: skipped: `distbench {kind}` does not exist yet")
+            outcomes[kind] = "skipped"
+            continue
+        outcomes[kind], p = run_step(kind, a, need_gpu=not args.cpu)
         problems += p
     print("\n# gpu-smoke: " + ", ".join(f"{k} {v}" for k, v in outcomes.items()))
     for p in problems:
