@@ -18,13 +18,10 @@ Config fields read (with these defaults where a kind lacks them): telemetry = Tr
 telemetry_interval_s = 0.1. See docs/telemetry.md.
 """
 
-import logging
 import os
 import socket
 import time
 from contextlib import contextmanager
-
-log = logging.getLogger("distbench")
 
 
 class _Case:

@@ -11,7 +11,8 @@ def add_parser(sub):
     p.add_argument("--nproc", "--world", dest="world", type=int, default=2, help="ranks (default 2)")
     p.add_argument("--backend", default="auto", help="auto | gloo | nccl")
     p.add_argument("--sizes", default="4K,1M", help="all_reduce sizes (default 4K,1M)")
-    p.add_argument("--repeats", type=int, default=24, help="rounds of (on, off, off2) per size, order rotating (default 24)")
+    p.add_argument("--repeats", type=int, default=24,
+                   help="rounds of (on, off, off2) per size, order rotating (default 24)")
     p.add_argument("--interval-s", dest="interval_s", type=float, default=0.1, help="sampling interval (default 0.1)")
     p.add_argument("--budget-s", dest="budget_s", type=float, default=0.2, help="timed seconds per case (default 0.2)")
     p.add_argument("--mode", default="latency", help="latency | throughput")
@@ -38,19 +39,26 @@ def cmd_overhead(args) -> int:
     backend = resolve_backend(args.backend)
     check_world(args.world, backend)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    res = launch(run_in_group, (rank_main, backend, 300.0, sizes, args.repeats, args.interval_s, args.budget_s,
-                                args.mode), nproc=args.world)[0]
+    try:
+        res = launch(run_in_group, (rank_main, backend, 300.0, sizes, args.repeats, args.interval_s, args.budget_s,
+                                    args.mode), nproc=args.world)[0]
+    except Exception as e:  # noqa: BLE001 - a rank died: one line, as run_kind does
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"distbench: a rank failed: {first}", file=sys.stderr)
+        return 1
     table = analyse(res["rows"])
     spc = res["samples_per_case"]
     print(f"# telemetry overhead: all_reduce {args.mode}, world={res['world']} backend={res['backend']} "
-          f"device={res['device']} interval={args.interval_s}s budget={args.budget_s}s repeats={args.repeats} (on/off/off2 rotating)")
+          f"device={res['device']} interval={args.interval_s}s budget={args.budget_s}s "
+          f"repeats={args.repeats} (on/off/off2 rotating)")
     print(f"# GPU metrics: {res['gpu_status'] or 'ok'}; samples per sampled case: "
           f"{min(spc) if spc else 0}..{max(spc) if spc else 0}")
     print(f"# {'size':>10} {'median on (us)':>15} {'median off (us)':>16} {'on/off':>7} {'paired':>7} "
           f"{'off2/off':>8} {'paired':>7}")
     for r in table:
         print(f"  {r['size_bytes']:>10} {r['median_on_s'] * 1e6:>15.2f} {r['median_off_s'] * 1e6:>16.2f} "
-              f"{r['ratio']:>7.4f} {r['paired_ratio_median']:>7.4f} {r['aa_ratio']:>8.4f} {r['aa_paired_ratio_median']:>7.4f}")
+              f"{r['ratio']:>7.4f} {r['paired_ratio_median']:>7.4f} {r['aa_ratio']:>8.4f} "
+              f"{r['aa_paired_ratio_median']:>7.4f}")
     worst = max(abs(r["ratio"] - 1) for r in table)
     noise = max(abs(r["aa_ratio"] - 1) for r in table)
     print(f"# largest on/off median shift {worst:.2%}; the same statistic off2/off (noise alone) {noise:.2%}; "
