@@ -74,17 +74,25 @@ def fit(cost: Cost, worlds: Sequence[int], sizes: Sequence[float], times_s: Sequ
 
 @dataclass(frozen=True, kw_only=True)
 class Crossover:
-    """Where ring starts beating tree. kind: 'crossover' (tree faster below size_bytes, ring
-    above), 'ring_always', 'tree_always', or 'inverted' (ring faster below, tree above)."""
+    """Where ring starts beating tree. kind:
+    'crossover'   tree faster below size_bytes, ring faster above (the textbook shape);
+    'ring_always' / 'tree_always'   one of them is faster at every size;
+    'inverted'    ring faster below size_bytes, tree faster above;
+    'mixed'       measured only: they trade places more than once; size_bytes is the first size
+                  from which ring is faster, `changes` how many times the faster one changes."""
 
     kind: str
     size_bytes: float | None = None
+    changes: int = 0
 
     def describe(self) -> str:
         if self.kind == "crossover":
             return f"~{human_bytes(self.size_bytes)}"
         if self.kind == "inverted":
             return f"inverted at ~{human_bytes(self.size_bytes)} (ring faster below, tree above)"
+        if self.kind == "mixed":
+            return (f"mixed: ring first faster from ~{human_bytes(self.size_bytes)}, "
+                    f"then the faster one changes {self.changes - 1} more time(s)")
         return {"ring_always": "none (ring faster at every size)",
                 "tree_always": "none (tree faster at every size)"}[self.kind]
 
@@ -99,20 +107,20 @@ def human_bytes(n: float | None) -> str:
 
 
 def measured_crossover(sizes: Sequence[float], t_tree: Sequence[float], t_ring: Sequence[float]) -> Crossover:
-    """The size from which ring is faster than tree at every larger measured size, interpolated
-    geometrically between the two measured sizes around it (log time ratio linear in log size).
-    Sizes must be increasing."""
+    """Classify measured times (sizes increasing) by where the faster of tree and ring changes;
+    each change is placed by geometric interpolation between the two measured sizes around it
+    (log time ratio linear in log size). Ties count as ring."""
     s = np.asarray(sizes, dtype=np.float64)
-    d = np.log(np.asarray(t_ring, dtype=np.float64) / np.asarray(t_tree, dtype=np.float64))  # < 0: ring faster
-    if d[-1] >= 0:
-        return Crossover(kind="tree_always" if np.all(d >= 0) else "inverted",
-                         size_bytes=None if np.all(d >= 0) else _interp(s, d, int(np.nonzero(d < 0)[0][-1]) + 1))
-    k = len(d) - 1
-    while k > 0 and d[k - 1] < 0:
-        k -= 1
-    if k == 0:
-        return Crossover(kind="ring_always")
-    return Crossover(kind="crossover", size_bytes=_interp(s, d, k))
+    d = np.log(np.asarray(t_ring, dtype=np.float64) / np.asarray(t_tree, dtype=np.float64))  # <= 0: ring faster
+    ring = d <= 0
+    flips = [k for k in range(1, len(d)) if ring[k] != ring[k - 1]]
+    if not flips:
+        return Crossover(kind="ring_always" if ring[0] else "tree_always")
+    if len(flips) == 1:
+        kind = "crossover" if ring[-1] else "inverted"
+        return Crossover(kind=kind, size_bytes=_interp(s, d, flips[0]), changes=1)
+    first = next(k for k in flips if ring[k])
+    return Crossover(kind="mixed", size_bytes=_interp(s, d, first), changes=len(flips))
 
 
 def _interp(s: np.ndarray, d: np.ndarray, k: int) -> float:
@@ -128,11 +136,14 @@ def model_crossover(tree_cost: Cost, ring_cost: Cost, world: int, tree: tuple[fl
     ar, br = ring_cost(world)
     lat = at * tree[0] - ar * ring[0]  # t_tree - t_ring at S = 0
     slope = bt * tree[1] - br * ring[1]  # d(t_tree - t_ring)/dS
+    # equal within rounding (two fits of the same data) is equal
+    lat = 0.0 if abs(lat) <= 1e-9 * (at * tree[0] + ar * ring[0]) else lat
+    slope = 0.0 if abs(slope) <= 1e-9 * (bt * tree[1] + br * ring[1]) else slope
     if slope > 0:
         return Crossover(kind="ring_always") if lat >= 0 else Crossover(kind="crossover", size_bytes=-lat / slope)
     if slope < 0:
         return Crossover(kind="tree_always") if lat <= 0 else Crossover(kind="inverted", size_bytes=lat / -slope)
-    return Crossover(kind="ring_always" if lat > 0 else "tree_always")
+    return Crossover(kind="ring_always" if lat >= 0 else "tree_always")  # ties count as ring
 
 
 def n_half(sizes: Sequence[float], busbw_gbps: Sequence[float]) -> tuple[float, bool]:

@@ -62,11 +62,11 @@ def _label_tables(label, lrows, keys, predict_worlds, predict_sizes, out, fits):
     for r in lrows:
         by_world.setdefault(int(r["world"]), []).append(r)
     oversub = {w: any(bool(r["oversubscribed"]) for r in rs) for w, rs in by_world.items()}
-    clean = [w for w in by_world if not oversub[w]]
-    basis = clean or list(by_world)
+    comm = [w for w in sorted(by_world) if w > 1]  # world 1 moves nothing: nothing to fit
+    basis = [w for w in comm if not oversub[w]] or comm
     sets = [[w] for w in sorted(by_world)]
-    for extra in (sorted(by_world), sorted(basis)):
-        if extra not in sets:
+    for extra in (comm, basis):
+        if extra and extra not in sets:
             sets.append(extra)
     base = {"label": label, "algorithm": algo, "variant": lrows[0].get("variant") or "", **keys,
             "coefficients": alg.model}
@@ -76,7 +76,7 @@ def _label_tables(label, lrows, keys, predict_worlds, predict_sizes, out, fits):
         f = fit(alg.cost, [int(r["world"]) for r in pts], [r["size_bytes"] for r in pts],
                 [r["time_median_s"] for r in pts])
         row = {**base, "fit_worlds": _worlds_key(ws), "oversubscribed": any(oversub[w] for w in ws),
-               "points": len(pts), "used_for_predictions": ws == sorted(basis)}
+               "points": len(pts), "used_for_predictions": bool(basis) and ws == basis}
         if f is not None:
             row.update(alpha_s=f.alpha_s, alpha_us=f.alpha_us, beta_s_per_byte=f.beta_s_per_byte,
                        bandwidth_gbps=f.bandwidth_gbps, rms_rel_residual=f.rms_rel_residual,
@@ -87,7 +87,7 @@ def _label_tables(label, lrows, keys, predict_worlds, predict_sizes, out, fits):
                                          "fitted_s": r["time_median_s"] * (1 + rel), "rel_residual": rel})
             if len(ws) == 1:
                 fits[(label, ws[0])] = (f.alpha_s, f.beta_s_per_byte)
-            if ws == sorted(basis):
+            if ws == basis:
                 basis_fit = (f, row)
         if len(ws) == 1:
             row.update(_measured_stats(by_world[ws[0]]))
@@ -135,7 +135,7 @@ def _crossovers(by_label, keys, fits, out):
         if len(sizes) >= 1:
             m = measured_crossover(sizes, [tr[s]["time_median_s"] for s in sizes],
                                    [rr[s]["time_median_s"] for s in sizes])
-            row.update(measured_kind=m.kind, measured_bytes=m.size_bytes)
+            row.update(measured_kind=m.kind, measured_bytes=m.size_bytes, measured_changes=m.changes)
         if ("ring", n) in fits and ("tree", n) in fits:
             m = model_crossover(tree.cost, ring.cost, n, fits[("tree", n)], fits[("ring", n)])
             row.update(model_kind=m.kind, model_bytes=m.size_bytes)

@@ -152,7 +152,9 @@ def _crossing(kind, size) -> str:
     if kind == "crossover":
         return f"{_bytes(size)}B"
     if kind == "inverted":
-        return f"inverted at {_bytes(size)}B (ring faster below)"
+        return f"inverted at {_bytes(size)}B (ring faster below, tree above)"
+    if kind == "mixed":
+        return f"mixed (ring and tree trade places more than once; ring first faster from {_bytes(size)}B)"
     return {"ring_always": "none, ring faster at every size", "tree_always": "none, tree faster at every size"}[kind]
 
 
@@ -179,7 +181,8 @@ class AllreduceSummary:
         for m in model:
             mark = ("*" if m["oversubscribed"] else " ") + ("P" if m["used_for_predictions"] else " ")
             if m.get("alpha_us") is None:
-                self._p(f"#   {m['label']:<24} {m['fit_worlds']:>6} {m['points']:>4}   (no fit: too few points)")
+                why = "world 1 moves nothing" if m["fit_worlds"] == "1" else "too few points"
+                self._p(f"#   {m['label']:<24} {m['fit_worlds']:>6} {m['points']:>4}   (no fit: {why})")
                 continue
             self._p(f"#   {m['label']:<24} {m['fit_worlds']:>6}{mark} {m['points']:>2} {m['alpha_us']:>10.1f} "
                     f"{_num(m['bandwidth_gbps'], '13.3f'):>13} {m['rms_rel_residual'] * 100:>9.1f}% "
@@ -189,15 +192,17 @@ class AllreduceSummary:
         for m in model:
             if m.get("latency_s") is None:
                 continue
-            nh = ("<=" if m.get("n_half_at_or_below") else "") + f"{_bytes(m.get('n_half_bytes'))}B"
+            nh = ("<=" if m.get("n_half_at_or_below") else "") + f"{_bytes(m.get('n_half_bytes'))}B" \
+                if m.get("n_half_bytes") is not None else "-"
             self._p(f"#   {m['label']:<24} {m['fit_worlds']:>5}{'*' if m['oversubscribed'] else ' '}"
                     f"{m['latency_s'] * 1e6:>11.1f} {_bytes(m['latency_size_bytes']) + 'B':>6} "
                     f"{m['peak_busbw_gbps']:>11.3f} {_bytes(m['peak_size_bytes']) + 'B':>6} {nh:>8}")
         for c in tables.get("crossover", []):
-            self._p(f"# Tree/ring crossover at world {c['world']}{' (OVERSUBSCRIBED)' if c['oversubscribed'] else ''}: "
-                    f"measured {_crossing(c.get('measured_kind'), c.get('measured_bytes'))}; "
-                    f"model (each algorithm's own fit) {_crossing(c.get('model_kind'), c.get('model_bytes'))}; "
-                    f"coefficients alone (ring's alpha, beta for both) "
+            self._p(f"# Tree/ring crossover at world {c['world']}{' (OVERSUBSCRIBED)' if c['oversubscribed'] else ''} "
+                    "(size from which ring is faster):")
+            self._p(f"#   measured:                                {_crossing(c.get('measured_kind'), c.get('measured_bytes'))}")
+            self._p(f"#   model, each algorithm's own alpha, beta: {_crossing(c.get('model_kind'), c.get('model_bytes'))}")
+            self._p(f"#   model, ring's alpha, beta for both:      "
                     f"{_crossing(c.get('textbook_kind'), c.get('textbook_bytes'))}")
         self._predictions(tables.get("predictions", []))
 

@@ -206,8 +206,9 @@ CROSSOVER = {  # tree vs ring, per measured world
     "mode": "string",
     "world": "int64",
     "oversubscribed": "bool",
-    "measured_kind": "string",  # crossover | ring_always | tree_always | inverted
+    "measured_kind": "string",  # crossover | ring_always | tree_always | inverted | mixed
     "measured_bytes": "float64",
+    "measured_changes": "int64",  # how many times the faster of the two changes across sizes
     "model_kind": "string",  # from each algorithm's own fit at this world
     "model_bytes": "float64",
     "textbook_kind": "string",  # one alpha and beta (ring's fit) for both: coefficients alone
