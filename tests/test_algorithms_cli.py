@@ -70,3 +70,30 @@ def test_tiny_run_writes_rows_model_and_labelled_predictions(tmp_path):
     assert list(cross["world"]) == [3]
     assert set(run.meta["launches"]) == {"1", "3"}
     assert not (run_dir / "parts").exists()
+
+
+def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, monkeypatch):
+    """The NCCL variant plumbing, exercised on gloo (which ignores NCCL_ALGO): the setting reaches
+    the fresh ranks, labels native's rows, is recorded in them, and is gone afterwards."""
+    import json
+    import os
+
+    from bench.algorithms.cli import _launch_all
+    from bench.algorithms.config import AllreduceConfig
+
+    monkeypatch.delenv("NCCL_ALGO", raising=False)
+    cfg = AllreduceConfig(world=(2,), sizes=("4K", "8K"), algorithms=("tree", "native"), warmup=1, iters=2,
+                          budget_s=0.001, telemetry=False, out=str(tmp_path / "res"), predict_worlds=(2,),
+                          predict_sizes=("4K",))
+    assert _launch_all(cfg, "gloo", [(2, {}), (2, {"NCCL_ALGO": "Tree"})], {}) == 0
+    assert "NCCL_ALGO" not in os.environ
+    run = load_run(next((tmp_path / "res" / "allreduce").iterdir()))
+    res = run["results"]
+    variant = res[res["variant"] == "NCCL_ALGO=Tree"]
+    assert set(variant["algorithm"]) == {"native"}  # a variant launch runs native only
+    assert all(json.loads(e)["NCCL_ALGO"] == "Tree" for e in variant["nccl_env"])
+    base = res[res["variant"] == ""]
+    assert set(base["algorithm"]) == {"tree", "native"}
+    assert all("NCCL_ALGO" not in json.loads(e) for e in base["nccl_env"])
+    assert set(run.meta["launches"]) == {"2", "2:NCCL_ALGO=Tree"}
+    assert "native[NCCL_ALGO=Tree]" in set(run["model"]["label"])
