@@ -1,0 +1,132 @@
+"""Calibrated replay: run a schedule's own action order on a simulated clock with measured
+per-stage forward/backward times and zero communication.
+
+`order` is {rank: [(stage, kind, microbatch), ...]} with kind in F (forward), B (full
+backward), I (backward for inputs), W (backward for weights) -- what
+torch.distributed.pipelining's `schedule.pipeline_order` holds once None slots and
+communication actions are dropped. Each rank runs its list in order; an action starts when its
+rank is free and its inputs exist (as-soon-as-possible, no reordering):
+  F(s, i) needs F(s-1, i);  B/I(s, i) need F(s, i) and B/I(s+1, i);  W(s, i) needs I(s, i).
+The last stage's backward needs only its own forward (the loss is part of it).
+
+Replaying with each stage's own times gives schedule bubble + stage imbalance; replaying with
+every stage at the mean time gives the schedule's bubble alone. What the real run shows beyond
+the replay is communication and per-micro-batch overhead.
+"""
+
+from dataclasses import dataclass
+
+COMPUTE_KINDS = ("F", "B", "I", "W")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replay:
+    step_s: float  # simulated step (makespan)
+    busy_s: dict  # rank -> seconds of compute
+    idle_s: dict  # rank -> step_s - busy_s
+    bubble: dict  # rank -> idle_s / step_s
+    timeline: dict  # (stage, kind, mb) -> (rank, start_s, end_s)
+
+    @property
+    def mean_bubble(self) -> float:
+        return sum(self.bubble.values()) / len(self.bubble)
+
+
+def _deps(stage: int, kind: str, mb: int, n_stages: int) -> list[tuple]:
+    if kind == "F":
+        return [(stage - 1, "F", mb)] if stage > 0 else []
+    if kind in ("B", "I"):
+        d = [(stage, "F", mb)]
+        if stage < n_stages - 1:
+            d.append((stage + 1, "B?", mb))  # full or input backward of the next stage
+        return d
+    if kind == "W":
+        return [(stage, "I", mb)]
+    raise ValueError(f"unknown action kind {kind!r}; allowed: {', '.join(COMPUTE_KINDS)}")
+
+
+def replay(order: dict, durations: dict, n_stages: int | None = None) -> Replay:
+    """durations: {(stage, kind): seconds per micro-batch}; returns the simulated step."""
+    n_stages = n_stages or 1 + max(a[0] for acts in order.values() for a in acts)
+    done: dict = {}  # (stage, kind, mb) -> end time
+    where: dict = {}
+    free = {r: 0.0 for r in order}
+    pos = {r: 0 for r in order}
+    busy = {r: 0.0 for r in order}
+
+    def ready(dep):
+        s, k, i = dep
+        if k == "B?":
+            return done.get((s, "B", i), done.get((s, "I", i)))
+        return done.get(dep)
+
+    remaining = sum(len(a) for a in order.values())
+    while remaining:
+        progressed = False
+        for r, acts in order.items():
+            while pos[r] < len(acts):
+                s, k, i = acts[pos[r]]
+                ends = [ready(d) for d in _deps(s, k, i, n_stages)]
+                if any(e is None for e in ends):
+                    break
+                start = max([free[r], *ends])
+                dur = float(durations[(s, k)])
+                done[(s, k, i)] = start + dur
+                where[(s, k, i)] = (r, start, start + dur)
+                free[r], busy[r] = start + dur, busy[r] + dur
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            stuck = {r: acts[pos[r]] for r, acts in order.items() if pos[r] < len(acts)}
+            raise ValueError(f"schedule cannot progress (dependency cycle or missing action): {stuck}")
+    step = max(free.values()) if free else 0.0
+    idle = {r: step - busy[r] for r in order}
+    bubble = {r: (idle[r] / step if step > 0 else 0.0) for r in order}
+    return Replay(step_s=step, busy_s=busy, idle_s=idle, bubble=bubble, timeline=where)
+
+
+def balanced(durations: dict) -> dict:
+    """Every stage at the mean time of its kind: removes stage imbalance, keeps the schedule."""
+    kinds: dict = {}
+    for (s, k), t in durations.items():
+        kinds.setdefault(k, []).append(t)
+    mean = {k: sum(v) / len(v) for k, v in kinds.items()}
+    return {(s, k): mean[k] for (s, k) in durations}
+
+
+def gpipe_order(p: int, m: int) -> dict:
+    """GPipe's order (all forwards, then all backwards), one stage per rank."""
+    return {r: [(r, "F", i) for i in range(m)] + [(r, "B", i) for i in range(m)] for r in range(p)}
+
+
+def one_f_one_b_order(p: int, m: int) -> dict:
+    """1F1B (PipeDream-Flush): p-1-r warm-up forwards, steady 1F1B, then the cool-down."""
+    out = {}
+    for r in range(p):
+        warm = min(p - 1 - r, m)
+        acts = [(r, "F", i) for i in range(warm)]
+        f, b = warm, 0
+        while b < m:
+            if f < m:
+                acts.append((r, "F", f))
+                f += 1
+            acts.append((r, "B", b))
+            b += 1
+        out[r] = acts
+    return out
+
+
+def from_pipeline_order(pipeline_order: dict) -> dict:
+    """torch's schedule.pipeline_order -> our order: compute actions only, in order."""
+    out = {}
+    for r, acts in pipeline_order.items():
+        keep = []
+        for a in acts:
+            if a is None:
+                continue
+            kind = getattr(a.computation_type, "value", str(a.computation_type))
+            if kind in COMPUTE_KINDS:
+                keep.append((int(a.stage_index), kind, int(a.microbatch_index)))
+        out[int(r)] = keep
+    return out

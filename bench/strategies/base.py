@@ -1,0 +1,241 @@
+"""What every strategy module shares: the compute clock, memory probes, the Ctx a strategy is
+built from, the Trainer interface and the single-process reference check.
+
+A strategy module has `NAME`, `SINGLE_PROCESS` (runs at world 1: dp, layer) and
+`setup(ctx) -> Trainer`. A Trainer owns its model, optimizer and data loader and offers
+  step(check=False)  one training step (fwd + bwd, then optimizer unless check); timed by the runner
+  loss()             the last step's mean loss over the global mini-batch (collective, untimed)
+  grads()            {reference parameter name: full gradient} (collective, untimed)
+  global_batch()     the last step's global mini-batch (x, y), for the reference (collective)
+"""
+
+import math
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from bench.workloads.models import ModelSpec, build_model, loss_fn
+
+# Gradient check tolerance (float32): |got - ref| <= ATOL + RTOL * |ref|, elementwise.
+RTOL, ATOL = 1e-4, 1e-5
+TOLERANCE = f"rtol={RTOL:g} atol={ATOL:g} (float32)"
+
+
+class Clock:
+    """Compute intervals of the local module: (kind, stage, mb, start_s, end_s), kind in fwd |
+    bwd | recompute (recompute lies inside a bwd interval). perf_counter on CPU; on CUDA, events
+    placed relative to a reference event, resolved after the step's synchronize."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.phase = "fwd"
+        self.reset()
+
+    def reset(self):
+        self.spans: list[tuple] = []
+        self.waits: list[tuple[float, float]] = []  # blocked in communication waits (host time)
+        self._pending: list[tuple] = []
+        if self.cuda:
+            self._ref = torch.cuda.Event(enable_timing=True)
+            self._ref.record()
+            self._ref_host = time.perf_counter()
+
+    @contextmanager
+    def span(self, kind: str, stage: int = -1, mb: int = -1):
+        if self.cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            try:
+                yield
+            finally:
+                b.record()
+                self._pending.append((kind, stage, mb, a, b))
+        else:
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.spans.append((kind, stage, mb, t0, time.perf_counter()))
+
+    def resolve(self) -> list[tuple]:
+        """All spans in seconds (call after the device is synchronized)."""
+        if self._pending:
+            for kind, s, m, a, b in self._pending:
+                start = self._ref_host + self._ref.elapsed_time(a) * 1e-3
+                self.spans.append((kind, s, m, start, start + a.elapsed_time(b) * 1e-3))
+            self._pending = []
+        return self.spans
+
+    def totals(self) -> dict:
+        sp = self.resolve()
+        tot = {k: sum(e - s for kk, _, _, s, e in sp if kk == k) for k in ("fwd", "bwd", "recompute")}
+        tot["bwd"] -= tot["recompute"]  # recompute is its own line
+        return tot
+
+    def compute_intervals(self) -> list[tuple[float, float]]:
+        return [(s, e) for k, _, _, s, e in self.resolve() if k in ("fwd", "bwd")]
+
+
+# ---- memory ---------------------------------------------------------------------------------
+
+def _read_status_kb(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak(device: torch.device) -> bool:
+    """Reset peak counters at the end of warm-up. Host: VmHWM via /proc/self/clear_refs ("5",
+    Linux >= 4.0); returns False when the host peak could not be reset (then it is a lifetime peak)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def read_peak(device: torch.device, host_reset: bool) -> dict:
+    """Peaks since reset_peak. CUDA: memory_stats allocated/active/reserved peaks and device-level
+    used memory (mem_get_info: includes the CUDA context and NCCL buffers). Always: host peak RSS."""
+    kb = _read_status_kb("VmHWM")
+    if kb is None:
+        import resource
+
+        kb, host_reset = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, False
+    out = {"memory_kind": "host", "peak_allocated_bytes": None, "peak_active_bytes": None,
+           "peak_reserved_bytes": None, "device_used_bytes": None, "device_total_bytes": None,
+           "host_peak_rss_bytes": int(kb) * 1024, "host_peak_is_lifetime": not host_reset}
+    if device.type == "cuda":
+        st = torch.cuda.memory_stats(device)
+        free, total = torch.cuda.mem_get_info(device)
+        out.update({"memory_kind": "cuda", "peak_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
+                    "peak_active_bytes": int(st.get("active_bytes.all.peak", 0)),
+                    "peak_reserved_bytes": int(st.get("reserved_bytes.all.peak", 0)),
+                    "device_used_bytes": int(total - free), "device_total_bytes": int(total)})
+    return out
+
+
+def peak_bytes(mem: dict) -> int:
+    """The one number per device for summaries: CUDA peak reserved, or host peak RSS."""
+    return int(mem["peak_reserved_bytes"] if mem["memory_kind"] == "cuda" else mem["host_peak_rss_bytes"])
+
+
+# ---- the context a strategy is built from ------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Ctx:
+    spec: ModelSpec
+    rank: int
+    world: int
+    device: torch.device
+    batch: int  # global mini-batch, samples
+    seed: int
+    steps: int  # steps the loader must cover (data is regenerated per epoch order)
+    chunks: int = 1  # pipeline micro-batches
+    schedule: str = "gpipe"
+    checkpoint: str = "never"
+    balance: tuple[int, ...] = ()  # blocks per stage / per device group
+    bucket_cap_mb: float = 25.0
+    lr: float = 1e-3
+    extra: dict = field(default_factory=dict)
+
+
+class Trainer:
+    """Defaults shared by the data-parallel-style trainers (override what differs)."""
+
+    degraded = ""
+    devices = 1  # devices this process drives
+    role = ""
+    comm_in_compute = False  # collectives run inside the timed forward/backward calls
+
+    def __init__(self, ctx: Ctx, module, batches, params):
+        self.ctx, self.module, self.batches = ctx, module, batches
+        self.clock = Clock(ctx.device)
+        self.loss_of = loss_fn(ctx.spec)
+        self.opt = torch.optim.SGD(params, lr=ctx.lr) if params is not None else None
+        self._last = None
+        self._loss = float("nan")
+
+    def step(self, check: bool = False):
+        x, y = self.batches.next(self.ctx.device)
+        self._last = (x, y)
+        with self.clock.span("fwd"):
+            loss = self.loss_of(self.module(x), y)
+        with self.clock.span("bwd"):
+            loss.backward()
+        self._loss_t = loss.detach()
+        if not check:
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+
+    def loss(self) -> float:
+        return float(self._loss_t.item())
+
+    def grads(self) -> dict:
+        return {n: p.grad.detach().clone() for n, p in self.module.named_parameters() if p.grad is not None}
+
+    def global_batch(self):
+        return self._last
+
+    def solo(self):
+        """A callable doing one fwd+bwd of an unwrapped replica on a local batch (no comm), or None."""
+        return None
+
+
+def gather_cat(t: torch.Tensor, world: int) -> torch.Tensor:
+    out = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather(out, t.contiguous())
+    return torch.cat(out)
+
+
+def mean_loss_all_ranks(t: torch.Tensor) -> float:
+    t = t.detach().clone().float()
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()
+
+
+def reference_check(trainer: Trainer, got_loss: float, got_grads: dict) -> dict:
+    """Compare one step with the single-process reference on the same global mini-batch."""
+    ctx = trainer.ctx
+    x, y = trainer.global_batch()
+    ref = build_model(ctx.spec, ctx.seed).to(ctx.device)
+    loss = loss_fn(ctx.spec)(ref(x.to(ctx.device)), y.to(ctx.device))
+    loss.backward()
+    ref_loss = float(loss.item())
+    wrong, worst, missing = 0, 0.0, []
+    if not math.isclose(got_loss, ref_loss, rel_tol=RTOL, abs_tol=ATOL):
+        wrong += 1
+    worst = abs(got_loss - ref_loss)
+    for name, p in ref.named_parameters():
+        g = got_grads.get(name)
+        if g is None:
+            missing.append(name)
+            wrong += 1
+            continue
+        g = g.to(p.grad.device, p.grad.dtype).reshape(p.grad.shape)
+        diff = (g - p.grad).abs()
+        worst = max(worst, float(diff.max()))
+        if not torch.allclose(g, p.grad, rtol=RTOL, atol=ATOL):
+            wrong += 1
+    return {"wrong": wrong, "max_abs_diff": worst, "ref_loss": ref_loss, "loss": got_loss,
+            "checked_tensors": len(list(ref.parameters())) + 1, "missing": missing}
+
+
+def ordered_names(module) -> list[str]:
+    return [n for n, _ in module.named_parameters()]
+
+
+def env_threads() -> int:
+    return int(os.environ.get("OMP_NUM_THREADS", "1"))

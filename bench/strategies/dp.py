@@ -1,0 +1,48 @@
+"""dp: torch.nn.DataParallel in one process over the visible GPUs (scatter the batch,
+replicate the module, gather outputs, loss.mean() before backward).
+
+Without at least 2 CUDA devices DataParallel silently runs the plain module; the row then says
+so and the number is not a parallel one.
+"""
+
+import torch
+import torch.nn as nn
+
+from bench.strategies.base import Ctx, Trainer
+from bench.workloads import Batches, build_model
+
+NAME = "dp"
+SINGLE_PROCESS = True
+PASS_THROUGH = "no CUDA: DataParallel is a pass-through"
+
+
+class DPTrainer(Trainer):
+    role = "process"
+
+    def step(self, check: bool = False):
+        x, y = self.batches.next(self.ctx.device)
+        self._last = (x, y)
+        with self.clock.span("fwd"):
+            loss = self.loss_of(self.module(x), y).mean()  # mean over replicas' outputs
+        with self.clock.span("bwd"):
+            loss.backward()
+        self._loss_t = loss.detach()
+        if not check:
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+
+    def grads(self) -> dict:
+        return {n.removeprefix("module."): p.grad.detach().clone()
+                for n, p in self.module.named_parameters() if p.grad is not None}
+
+
+def setup(ctx: Ctx) -> Trainer:
+    gpus = torch.cuda.device_count()
+    device = torch.device("cuda", 0) if gpus else torch.device("cpu")
+    model = build_model(ctx.spec, ctx.seed).to(device)
+    dp = nn.DataParallel(model)  # device_ids: all visible GPUs; none on CPU -> plain module
+    ctx = type(ctx)(**{**ctx.__dict__, "device": device})
+    t = DPTrainer(ctx, dp, Batches(ctx.spec, ctx.batch, ctx.steps, ctx.seed), dp.parameters())
+    t.devices = max(gpus, 1)
+    t.degraded = "" if gpus >= 2 else PASS_THROUGH
+    return t

@@ -1,0 +1,43 @@
+"""fsdp: FSDP2 `fully_shard` on every block, then on the root (beyond the seed articles).
+
+Parameters, gradients and optimizer state are sharded over the ranks; each block's parameters
+are all-gathered for its forward and backward and its gradients reduce-scattered. Data is split
+as under DDP. The timed forward/backward include those collectives.
+"""
+
+from bench.strategies.base import Ctx, Trainer
+from bench.strategies.ddp import DataParallelTrainer, local_batch
+from bench.workloads import Batches, build_model
+from bench.workloads.models import blocks
+
+NAME = "fsdp"
+SINGLE_PROCESS = False
+
+
+def _fully_shard():
+    try:
+        from torch.distributed.fsdp import fully_shard  # torch >= 2.6
+    except ImportError:  # torch 2.4 / 2.5
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
+class FSDPTrainer(DataParallelTrainer):
+    role = "shard"
+
+    def grads(self) -> dict:  # DTensor shards -> full gradients (collective, same order everywhere)
+        return {n: p.grad.full_tensor().detach().clone() for n, p in self.module.named_parameters()
+                if p.grad is not None}
+
+
+def setup(ctx: Ctx) -> Trainer:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    fully_shard = _fully_shard()
+    mesh = init_device_mesh(ctx.device.type, (ctx.world,))
+    model = build_model(ctx.spec, ctx.seed).to(ctx.device)
+    for b in blocks(model, ctx.spec):
+        fully_shard(b, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    batches = Batches(ctx.spec, local_batch(ctx), ctx.steps, ctx.seed, replicas=ctx.world, rank=ctx.rank)
+    return FSDPTrainer(ctx, model, batches, model.parameters())

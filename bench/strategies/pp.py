@@ -1,0 +1,244 @@
+"""pp: torch.distributed.pipelining. One PipelineStage per rank (two per rank, stages r and
+r + p, for Interleaved1F1B), schedules GPipe, 1F1B and Interleaved1F1B; `chunks` micro-batches
+per mini-batch; `balance` blocks per stage; activation checkpointing per stage in torchgpipe's
+modes: always (every micro-batch), except_last (all but the last micro-batch), never.
+
+Timing is around the local module's compute only: the stage's forward_maybe_with_nosync and
+backward_maybe_with_nosync (what run the submodule and its autograd backward), plus the loss;
+recompute is timed inside the checkpointed blocks while the stage is in its backward. Time
+blocked in the schedule's p2p waits is recorded separately (schedules._wait_batch_p2p).
+"""
+
+import inspect
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+from bench.errors import BenchError
+from bench.strategies.base import Ctx, Trainer
+from bench.workloads import Batches, build_model
+from bench.workloads.models import even_balance, split_pieces
+
+NAME = "pp"
+SINGLE_PROCESS = False
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+CHECKPOINTS = ("always", "except_last", "never")
+
+
+def stages_per_rank(schedule: str) -> int:
+    return 2 if schedule == "interleaved" else 1
+
+
+def validate(*, schedule: str, stages: int, chunks: int, batch: int, depth: int, balance=(), strict=True,
+             preset: str = "") -> tuple[int, ...]:
+    """Raise BenchError for an impossible pipeline; returns the balance (blocks per stage)."""
+    from bench.errors import unknown
+
+    if schedule not in SCHEDULES:
+        raise unknown("schedule", schedule, SCHEDULES)
+    if stages < 1:
+        raise BenchError(f"stages {stages} must be >= 1")
+    if chunks < 1:
+        raise BenchError(f"chunks {chunks} must be >= 1")
+    if batch % chunks:
+        raise BenchError(f"batch {batch} is not divisible by chunks {chunks}; choose chunks dividing {batch}")
+    if schedule == "1f1b" and chunks < stages and strict:
+        raise BenchError(f"schedule 1f1b needs chunks >= stages: chunks {chunks} < stages {stages}; "
+                         f"use --chunks >= {stages} or --schedule gpipe")
+    if schedule == "interleaved" and chunks % stages:
+        raise BenchError(f"schedule interleaved needs chunks divisible by stages (Megatron-LM's rule): "
+                         f"chunks {chunks} % stages {stages} = {chunks % stages}")
+    n = stages * stages_per_rank(schedule)
+    if balance:
+        if len(balance) != n:
+            raise BenchError(f"balance {','.join(map(str, balance))} has {len(balance)} entries; "
+                             f"schedule {schedule} with {stages} stages needs {n}")
+        if sum(balance) != depth or min(balance) < 1:
+            raise BenchError(f"balance {','.join(map(str, balance))} sums to {sum(balance)}; {preset or 'the model'} "
+                             f"has {depth} layers (each stage needs >= 1)")
+        return tuple(balance)
+    if depth < n:
+        raise BenchError(f"{preset or 'the model'} has {depth} layers, fewer than the {n} pipeline stages")
+    return even_balance(depth, n)
+
+
+class StageModule(nn.Module):
+    """A contiguous slice of the model's pieces, with per-micro-batch activation checkpointing."""
+
+    def __init__(self, pieces: nn.Sequential, lo: int, mode: str, chunks: int, clock, stage: int):
+        super().__init__()
+        self.pieces, self.lo, self.mode, self.chunks = pieces, lo, mode, chunks
+        self.clock, self.stage = clock, stage
+        self.mb = 0  # set by the stage wrapper before every forward
+
+    def _run(self, i: int, x):
+        if self.clock.phase == "bwd":  # re-run of the forward by checkpoint: recompute
+            with self.clock.span("recompute", self.stage, self.mb):
+                return self.pieces[i](x)
+        return self.pieces[i](x)
+
+    def forward(self, x):
+        ckpt = self.mode == "always" or (self.mode == "except_last" and self.mb != self.chunks - 1)
+        for i in range(len(self.pieces)):
+            x = checkpoint(self._run, i, x, use_reentrant=False) if ckpt and torch.is_grad_enabled() \
+                else self.pieces[i](x)
+        return x
+
+
+_WAIT_CLOCK: list = [None]
+
+
+def _patch_waits():
+    """Record host time blocked in the schedules' p2p waits on the active clock (once per process)."""
+    from torch.distributed.pipelining import schedules
+
+    if getattr(schedules, "_distbench_patched", False) or not hasattr(schedules, "_wait_batch_p2p"):
+        return
+    orig = schedules._wait_batch_p2p
+
+    def timed(work):
+        t0 = time.perf_counter()
+        try:
+            return orig(work)
+        finally:
+            c = _WAIT_CLOCK[0]
+            if c is not None:
+                c.waits.append((t0, time.perf_counter()))
+
+    schedules._wait_batch_p2p = timed
+    schedules._distbench_patched = True
+
+
+def _instrument(stage, mod: StageModule, clock):
+    f_one, f_run, b_run = stage.forward_one_chunk, stage.forward_maybe_with_nosync, stage.backward_maybe_with_nosync
+
+    def forward_one_chunk(fwd_chunk_id, *a, **k):
+        mod.mb = fwd_chunk_id
+        return f_one(fwd_chunk_id, *a, **k)
+
+    def forward_maybe_with_nosync(*a, **k):
+        with clock.span("fwd", mod.stage, mod.mb):
+            return f_run(*a, **k)
+
+    def backward_maybe_with_nosync(*a, **k):
+        clock.phase = "bwd"
+        try:
+            with clock.span("bwd", mod.stage, -1):
+                return b_run(*a, **k)
+        finally:
+            clock.phase = "fwd"
+
+    stage.forward_one_chunk = forward_one_chunk
+    stage.forward_maybe_with_nosync = forward_maybe_with_nosync
+    stage.backward_maybe_with_nosync = backward_maybe_with_nosync
+
+
+def _schedule_class(name: str):
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+    return {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B}[name]
+
+
+class PPTrainer(Trainer):
+    def __init__(self, ctx: Ctx):
+        from torch.distributed.pipelining import PipelineStage
+
+        p, v = ctx.world, stages_per_rank(ctx.schedule)
+        self.n_stages = p * v
+        self.balance = validate(schedule=ctx.schedule, stages=p, chunks=ctx.chunks, batch=ctx.batch,
+                                depth=ctx.spec.depth, balance=ctx.balance, preset=ctx.spec.preset)
+        bounds = split_pieces(ctx.spec, self.balance)
+        full = build_model(ctx.spec, ctx.seed)
+        self.stage_ids = [ctx.rank + k * p for k in range(v)]
+        super().__init__(ctx, None, Batches(ctx.spec, ctx.batch, ctx.steps, ctx.seed), None)
+        self.mods, self.bounds, stages = [], {}, []
+        for s in self.stage_ids:
+            lo, hi = bounds[s]
+            mod = StageModule(full[lo:hi], lo, ctx.checkpoint, ctx.chunks, self.clock, s).to(ctx.device)
+            st = PipelineStage(mod, s, self.n_stages, ctx.device)
+            _instrument(st, mod, self.clock)
+            self.mods.append(mod)
+            self.bounds[s] = (lo, hi)
+            stages.append(st)
+        params = [q for m in self.mods for q in m.parameters()]
+        self.opt = torch.optim.SGD(params, lr=ctx.lr)
+        cls = _schedule_class(ctx.schedule)
+        kw = {"n_microbatches": ctx.chunks, "loss_fn": self.loss_of}
+        self.scaled = "scale_grads" in inspect.signature(cls.__init__).parameters
+        if self.scaled:
+            kw["scale_grads"] = True  # mean loss per micro-batch, grads / chunks = mean over the batch
+        else:  # torch < 2.6 sums micro-batch grads: pre-scale the loss instead
+            kw["loss_fn"] = lambda out, y: self.loss_of(out, y) / ctx.chunks
+        self.schedule = cls(stages if v > 1 else stages[0], **kw)
+        self._time_loss()
+        self.first, self.last = 0 in self.stage_ids, self.n_stages - 1 in self.stage_ids
+        self.last_rank = (self.n_stages - 1) % p
+        self.role = "stages " + "+".join(map(str, self.stage_ids))
+        _patch_waits()
+        self._loss_t = torch.zeros((), device=ctx.device)
+
+    def _time_loss(self):
+        orig = getattr(self.schedule, "_maybe_compute_loss", None)
+        if orig is None:
+            return
+        clock = self.clock
+
+        def timed(stage, output, target_mbs, mb_index, *a, **k):
+            if not stage.is_last:
+                return orig(stage, output, target_mbs, mb_index, *a, **k)
+            with clock.span("fwd", stage.stage_index, mb_index):  # the loss is part of the last forward
+                return orig(stage, output, target_mbs, mb_index, *a, **k)
+
+        self.schedule._maybe_compute_loss = timed
+
+    def step(self, check: bool = False):
+        x, y = self.batches.next(self.ctx.device)  # the same mini-batch on every rank (same seed)
+        self._last = (x, y)
+        args, kw, losses = ((x,) if self.first else ()), {}, []
+        if self.last:
+            kw = {"target": y, "losses": losses}
+        _WAIT_CLOCK[0] = self.clock
+        try:
+            self.schedule.step(*args, **kw)
+        finally:
+            _WAIT_CLOCK[0] = None
+        if self.last:
+            total = torch.stack([t.detach().float() for t in losses]).sum()
+            self._loss_t = total if not self.scaled else total / self.ctx.chunks
+        if not check:
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+
+    def loss(self) -> float:
+        t = self._loss_t.detach().clone().float().reshape(())
+        dist.broadcast(t, src=self.last_rank)
+        return float(t.item())
+
+    def grads(self) -> dict:
+        mine = {}
+        for mod in self.mods:
+            for n, q in mod.pieces.named_parameters():
+                if q.grad is not None:  # a Sequential slice keeps the full model's keys
+                    mine[n] = q.grad.detach().cpu().clone()
+        out = [None] * self.ctx.world
+        dist.all_gather_object(out, mine)
+        return {k: v for d in out for k, v in d.items()}
+
+    def pipeline_order(self):
+        from bench.pipeline.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
+
+        order = getattr(self.schedule, "pipeline_order", None)
+        if order:
+            return from_pipeline_order(order)
+        if self.ctx.schedule == "gpipe":
+            return gpipe_order(self.ctx.world, self.ctx.chunks)
+        return one_f_one_b_order(self.ctx.world, self.ctx.chunks)
+
+
+def setup(ctx: Ctx) -> Trainer:
+    if ctx.world < 2 and ctx.schedule != "interleaved":
+        raise BenchError(f"pp needs world >= 2 (one stage per rank), got {ctx.world}")
+    return PPTrainer(ctx)

@@ -1,0 +1,63 @@
+"""tp: Megatron-style tensor parallelism with torch.distributed.tensor.parallel over
+init_device_mesh; world size = TP degree.
+
+MLP: consecutive block pairs (2k, 2k+1) become Colwise (up) / Rowwise (down); an odd last
+block stays replicated. GPT: attention q/k/v Colwise and out Rowwise, MLP up Colwise and down
+Rowwise; embedding, norms and head replicated. Every rank sees the whole mini-batch.
+"""
+
+from bench.errors import BenchError
+from bench.strategies.base import Ctx, Trainer
+from bench.workloads import Batches, build_model
+from bench.workloads.models import ModelSpec
+
+NAME = "tp"
+SINGLE_PROCESS = False
+
+
+def plan(spec: ModelSpec) -> dict:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    out = {}
+    if spec.family == "mlp":
+        for i in range(0, spec.depth - 1, 2):
+            out[f"{i}.0"], out[f"{i + 1}.0"] = ColwiseParallel(), RowwiseParallel()
+        return out
+    for j in range(1, spec.depth + 1):
+        for m in ("q", "k", "v"):
+            out[f"{j}.attn.{m}"] = ColwiseParallel()
+        out[f"{j}.attn.out"] = RowwiseParallel()
+        out[f"{j}.mlp.up"], out[f"{j}.mlp.down"] = ColwiseParallel(), RowwiseParallel()
+    return out
+
+
+def validate(spec: ModelSpec, degree: int):
+    if spec.width % degree:
+        raise BenchError(f"tp degree {degree} does not divide width {spec.width} of {spec.preset}")
+    if spec.family == "gpt" and spec.heads % degree:
+        raise BenchError(f"tp degree {degree} does not divide heads {spec.heads} of {spec.preset}")
+
+
+class TPTrainer(Trainer):
+    role = "tp shard"
+    comm_in_compute = True
+
+    def grads(self) -> dict:
+        out = {}
+        for n, p in self.module.named_parameters():
+            if p.grad is not None:
+                g = p.grad
+                out[n] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
+        return out
+
+
+def setup(ctx: Ctx) -> Trainer:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    validate(ctx.spec, ctx.world)
+    mesh = init_device_mesh(ctx.device.type, (ctx.world,))
+    model = build_model(ctx.spec, ctx.seed).to(ctx.device)
+    parallelize_module(model, mesh, plan(ctx.spec))
+    batches = Batches(ctx.spec, ctx.batch, ctx.steps, ctx.seed)  # same batch on every rank
+    return TPTrainer(ctx, model, batches, model.parameters())

@@ -1,0 +1,173 @@
+"""Reference models, seeded: an MLP (nn.Sequential of Linear + activation blocks) and a small
+GPT-style decoder (token embedding, N blocks of attention + MLP, head).
+
+Both are an `nn.Sequential` of *pieces* so every strategy can take them apart the same way:
+MLP pieces are its blocks; GPT pieces are [Embed, Block x n_layer, Head]. A pipeline stage is a
+contiguous slice; `balance` counts blocks ("layers"), the GPT embedding rides with the first
+stage and the head with the last. Attention uses separate q/k/v Linears so Megatron-style
+column sharding splits whole heads (a fused qkv weight would be cut across q and k).
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bench.errors import unknown
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    preset: str
+    family: str  # mlp | gpt
+    width: int  # MLP hidden = in = out; GPT d_model
+    depth: int  # MLP blocks; GPT n_layer (the "layers" that balance counts)
+    heads: int = 0  # GPT only
+    vocab: int = 0  # GPT only
+    seq: int = 0  # GPT only: tokens per sample
+
+    @property
+    def tokens_per_sample(self) -> int:
+        return self.seq if self.family == "gpt" else 1
+
+
+# MLP presets: width x depth. mlp-pipe is sized so that on a 2-core CPU one GEMM per block is
+# large enough (32 rows x 1024 x 1024) that splitting a batch of 128 into 4 chunks keeps GEMM
+# efficiency and the 2-stage pipeline overlaps (measured, see docs/strategies.md).
+PRESETS = {
+    "mlp-tiny": ModelSpec(preset="mlp-tiny", family="mlp", width=32, depth=4),
+    "mlp-small": ModelSpec(preset="mlp-small", family="mlp", width=256, depth=8),
+    "mlp-pipe": ModelSpec(preset="mlp-pipe", family="mlp", width=1024, depth=8),
+    "mlp-large": ModelSpec(preset="mlp-large", family="mlp", width=4096, depth=16),
+    "gpt-tiny": ModelSpec(preset="gpt-tiny", family="gpt", width=32, depth=4, heads=4, vocab=128, seq=16),
+    "gpt-small": ModelSpec(preset="gpt-small", family="gpt", width=128, depth=4, heads=4, vocab=512, seq=64),
+    "gpt-124m": ModelSpec(preset="gpt-124m", family="gpt", width=768, depth=12, heads=12, vocab=50304, seq=1024),
+    "gpt-350m": ModelSpec(preset="gpt-350m", family="gpt", width=1024, depth=24, heads=16, vocab=50304, seq=1024),
+    "gpt-1b": ModelSpec(preset="gpt-1b", family="gpt", width=2048, depth=18, heads=16, vocab=50304, seq=1024),
+}
+
+
+def get_spec(preset: str) -> ModelSpec:
+    if preset not in PRESETS:
+        raise unknown("model preset", preset, PRESETS)
+    return PRESETS[preset]
+
+
+class MLPBlock(nn.Sequential):
+    """Linear(width, width) + GELU; index 0 is the Linear (the TP plan names it '<i>.0')."""
+
+    def __init__(self, width: int):
+        super().__init__(nn.Linear(width, width), nn.GELU())
+
+
+class Embed(nn.Module):
+    def __init__(self, vocab: int, width: int, seq: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(seq, width)
+
+    def forward(self, idx):  # [B, T] int64 -> [B, T, width]
+        t = torch.arange(idx.shape[1], device=idx.device)
+        return self.tok(idx) + self.pos(t)
+
+
+class Attention(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.head_dim = width // heads
+        self.q, self.k, self.v = (nn.Linear(width, width) for _ in range(3))
+        self.out = nn.Linear(width, width)
+
+    def forward(self, x):  # heads inferred from the (possibly column-sharded) projection width
+        b, t, _ = x.shape
+        q, k, v = (m(x).view(b, t, -1, self.head_dim).transpose(1, 2) for m in (self.q, self.k, self.v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm decoder block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(width), Attention(width, heads)
+        self.ln2, self.mlp = nn.LayerNorm(width), FeedForward(width)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class Head(nn.Module):
+    def __init__(self, width: int, vocab: int):
+        super().__init__()
+        self.ln = nn.LayerNorm(width)
+        self.proj = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, x):  # -> logits [B, T, vocab]
+        return self.proj(self.ln(x))
+
+
+def build_model(spec: ModelSpec, seed: int) -> nn.Sequential:
+    """The full model, initialised from `seed` (identical on every rank that calls this)."""
+    torch.manual_seed(seed)
+    if spec.family == "mlp":
+        return nn.Sequential(*[MLPBlock(spec.width) for _ in range(spec.depth)])
+    pieces = [Embed(spec.vocab, spec.width, spec.seq)]
+    pieces += [Block(spec.width, spec.heads) for _ in range(spec.depth)]
+    pieces.append(Head(spec.width, spec.vocab))
+    model = nn.Sequential(*pieces)
+    for name, p in model.named_parameters():  # GPT-2 init: N(0, 0.02), zero biases
+        if p.dim() >= 2:
+            nn.init.normal_(p, std=0.02 / (math.sqrt(2 * spec.depth) if name.endswith(("out.weight", "down.weight")) else 1))
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+    return model
+
+
+def blocks(model: nn.Sequential, spec: ModelSpec) -> list[nn.Module]:
+    """The repeated blocks (what balance counts and FSDP shards one by one)."""
+    pieces = list(model)
+    return pieces if spec.family == "mlp" else pieces[1:-1]
+
+
+def split_pieces(spec: ModelSpec, balance: tuple[int, ...]) -> list[tuple[int, int]]:
+    """[start, end) piece indices of each stage for `balance` blocks per stage."""
+    off = 0 if spec.family == "mlp" else 1
+    bounds, start = [], 0
+    for i, n in enumerate(balance):
+        lo, hi = start + off, start + off + n
+        if spec.family == "gpt":
+            lo = 0 if i == 0 else lo
+            hi = hi + 1 if i == len(balance) - 1 else hi
+        bounds.append((lo, hi))
+        start += n
+    return bounds
+
+
+def loss_fn(spec: ModelSpec):
+    """Mean loss over the samples given: MSE for the MLP, token cross-entropy for GPT."""
+    if spec.family == "mlp":
+        return lambda out, target: F.mse_loss(out, target)
+    return lambda logits, target: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def param_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def even_balance(layers: int, stages: int) -> tuple[int, ...]:
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if i < extra else 0) for i in range(stages))
