@@ -169,6 +169,17 @@ class AllreduceSummary:
         print(line, file=self.out, flush=True)
 
     def print(self, tables: dict, rows: list[dict]):
+        """One summary per (dtype, op, mode) block, headed by the block when there are several."""
+        blocks = list(dict.fromkeys((m["dtype"], m["op"], m["mode"]) for m in tables.get("model", [])))
+        for key in blocks:
+            part = {name: [r for r in t if (r["dtype"], r["op"], r["mode"]) == key] for name, t in tables.items()
+                    if name in ("model", "crossover", "predictions")}
+            if len(blocks) > 1:
+                self._p("#")
+                self._p(f"# ===== dtype={key[0]} op={key[1]} mode={key[2]} =====")
+            self._block(part)
+
+    def _block(self, tables: dict):
         model = tables.get("model", [])
         if not model:
             return
