@@ -198,8 +198,10 @@ class AllreduceSummary:
             self._p(f"#   {m['label']:<24} {m['fit_worlds']:>6}{mark} {m['points']:>2} {m['alpha_us']:>10.1f} "
                     f"{_num(m['bandwidth_gbps'], '13.3f'):>13} {m['rms_rel_residual'] * 100:>9.1f}% "
                     f"{m['max_abs_rel_residual'] * 100:>9.1f}%")
-        self._p("# Measured per world: latency at the smallest size, peak busbw and where, n1/2 (size reaching half the peak)")
-        self._p(f"#   {'algorithm':<24} {'world':>5} {'latency(us)':>12} {'at':>6} {'peak busbw':>11} {'at':>6} {'n1/2':>8}")
+        self._p("# Measured per world: latency at the smallest size, peak busbw and where, "
+                "n1/2 (size reaching half the peak)")
+        self._p(f"#   {'algorithm':<24} {'world':>5} {'latency(us)':>12} {'at':>6} {'peak busbw':>11} {'at':>6} "
+                f"{'n1/2':>8}")
         for m in model:
             if m.get("latency_s") is None:
                 continue
@@ -211,7 +213,8 @@ class AllreduceSummary:
         for c in tables.get("crossover", []):
             self._p(f"# Tree/ring crossover at world {c['world']}{' (OVERSUBSCRIBED)' if c['oversubscribed'] else ''} "
                     "(size from which ring is faster):")
-            self._p(f"#   measured:                                {_crossing(c.get('measured_kind'), c.get('measured_bytes'))}")
+            measured = _crossing(c.get("measured_kind"), c.get("measured_bytes"))
+            self._p(f"#   measured:                                {measured}")
             self._p(f"#   model, each algorithm's own alpha, beta: {_crossing(c.get('model_kind'), c.get('model_bytes'))}")
             self._p(f"#   model, ring's alpha, beta for both:      "
                     f"{_crossing(c.get('textbook_kind'), c.get('textbook_bytes'))}")
@@ -233,5 +236,5 @@ class AllreduceSummary:
             for n in sorted({p["world"] for p in at.values()}):
                 ts = {lb: at[(lb, n)]["predicted_time_s"] for lb in labels if (lb, n) in at}
                 best = min(ts, key=ts.get) if ts else "-"
-                self._p(f"#   {'world ' + str(n):<14}" + "".join(f"{ts[lb] * 1e6:>{w}.1f}" if lb in ts else f"{'-':>{w}}"
-                                                          for lb in labels) + f"{best:>{w}}")
+                cells = "".join(f"{ts[lb] * 1e6:>{w}.1f}" if lb in ts else f"{'-':>{w}}" for lb in labels)
+                self._p(f"#   {'world ' + str(n):<14}{cells}{best:>{w}}")
