@@ -31,6 +31,7 @@ RUNNERS = {
     "collectives": "bench.collectives.runner:run_all",
     "allreduce": "bench.algorithms.runner:run_all",
     "strategies": "bench.strategies.runner:run_all",
+    "pipeline": "bench.strategies.runner:run_all",
 }
 
 

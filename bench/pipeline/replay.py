@@ -101,32 +101,32 @@ def gpipe_order(p: int, m: int) -> dict:
 
 
 def one_f_one_b_order(p: int, m: int) -> dict:
-    """1F1B (PipeDream-Flush): p-1-r warm-up forwards, steady 1F1B, then the cool-down."""
+    """1F1B as torch.distributed.pipelining's Schedule1F1B runs it (_step_microbatches): stage r
+    does min(m, p - r) warm-up forwards, then alternates backward, forward ("1B1F") until the
+    forwards run out, then the remaining backwards."""
     out = {}
     for r in range(p):
-        warm = min(p - 1 - r, m)
+        warm = min(m, p - r)
         acts = [(r, "F", i) for i in range(warm)]
-        f, b = warm, 0
-        while b < m:
+        f = warm
+        for b in range(m):
+            acts.append((r, "B", b))
             if f < m:
                 acts.append((r, "F", f))
                 f += 1
-            acts.append((r, "B", b))
-            b += 1
         out[r] = acts
     return out
 
 
 def from_pipeline_order(pipeline_order: dict) -> dict:
     """torch's schedule.pipeline_order -> our order: compute actions only, in order."""
-    out = {}
-    for r, acts in pipeline_order.items():
-        keep = []
-        for a in acts:
-            if a is None:
-                continue
-            kind = getattr(a.computation_type, "value", str(a.computation_type))
-            if kind in COMPUTE_KINDS:
-                keep.append((int(a.stage_index), kind, int(a.microbatch_index)))
-        out[int(r)] = keep
-    return out
+    def flat(a):
+        if a is None:
+            return []
+        subs = getattr(a, "sub_actions", None)
+        if subs:  # OVERLAP_F_B: a forward and a backward issued together, in this order
+            return [x for s in subs for x in flat(s)]
+        kind = getattr(a.computation_type, "value", str(a.computation_type))
+        return [(int(a.stage_index), kind, int(a.microbatch_index))] if kind in COMPUTE_KINDS else []
+
+    return {int(r): [x for a in acts for x in flat(a)] for r, acts in pipeline_order.items()}

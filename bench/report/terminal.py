@@ -238,3 +238,83 @@ class AllreduceSummary:
                 best = min(ts, key=ts.get) if ts else "-"
                 cells = "".join(f"{ts[lb] * 1e6:>{w}.1f}" if lb in ts else f"{'-':>{w}}" for lb in labels)
                 self._p(f"#   {'world ' + str(n):<14}{cells}{best:>{w}}")
+
+
+def _mib(b):
+    return "-" if b is None or (isinstance(b, float) and math.isnan(b)) else f"{b / 2**20:.0f}"
+
+
+def _pct(x):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.0f}%"
+
+
+class StrategiesTable:
+    """Strategy / pipeline cases: one line per finished case, then the summary. Step time is the
+    median over timed steps of the step wall (earliest start to latest end over ranks); bubble
+    columns are measured idle/step, GPipe's (p-1)/(m+p-1), and the calibrated replay."""
+
+    COLS = (f"{'strategy':<8} {'model':<10} {'world':>5} {'chunks':>6} {'schedule':<11} {'ckpt':<11} {'batch':>5} "
+            f"{'mbatch':>6} {'step ms':>9} {'±iqr':>6} {'samples/s':>10} {'/device':>9} "
+            f"{'bubble meas/gpipe/replay':>24} {'peak MiB/dev':>12} {'wrong':>5}")
+
+    def __init__(self, out=None):
+        self.out = out or sys.stdout
+
+    def _p(self, line=""):
+        print(line, file=self.out, flush=True)
+
+    def header(self, info_line: str):
+        self._p(f"# {info_line}")
+        self._p("# " + self.COLS)
+
+    def _line(self, r: dict) -> str:
+        bub = "-"
+        if r.get("strategy") == "pp":
+            bub = (f"{_pct(r.get('bubble_measured'))}/{_pct(r.get('bubble_gpipe_theory'))}/"
+                   f"{_pct(r.get('replay_bubble'))}")
+        mark = "*" if r.get("noisy") else " "
+        flag = " [degraded]" if r.get("degraded") else ""
+        return (f"  {r['strategy']:<8} {r['model']:<10} {r['world']:>5} {r['chunks']:>6} {r['schedule'] or '-':<11} "
+                f"{r['checkpoint']:<11} {r['batch']:>5} {r['micro_batch']:>6} {r['step_median_s'] * 1e3:>8.1f}{mark} "
+                f"{r['step_iqr_s'] * 1e3:>6.1f} {r['samples_per_s']:>10.1f} {r['samples_per_s_per_device']:>9.1f} "
+                f"{bub:>24} {_mib(r['peak_memory_bytes']):>12} {r['wrong']:>5}{flag}")
+
+    def row(self, r: dict):
+        self._p(self._line(r))
+
+    def efficiency(self, rows: list[dict]):
+        self._p("#")
+        self._p("# Micro-batch efficiency (one process, whole model, the same mini-batch in m sequential chunks)")
+        self._p(f"#   {'chunks':>6} {'mbatch':>6} {'step ms':>9} {'samples/s':>10} {'rel':>6} {'ideal p-stage GPipe ms':>22}")
+        for r in rows:
+            self._p(f"    {r['chunks']:>6} {r['micro_batch']:>6} {r['step_median_s'] * 1e3:>9.1f} "
+                    f"{r['samples_per_s']:>10.1f} {r['relative_throughput']:>6.2f} {r['ideal_pipeline_step_s'] * 1e3:>22.1f}")
+
+    def summary(self, rows: list[dict], notes: list[str]):
+        self._p("#")
+        self._p("# Summary (step = median step wall over ranks; '*' noisy: IQR/median > 0.1; memory: "
+                + ("CUDA peak reserved" if rows and rows[0].get("memory_kind") == "cuda" else "host peak RSS per rank")
+                + ")")
+        self._p("# " + self.COLS)
+        for r in sorted(rows, key=lambda r: (r["strategy"], r["model"], r["world"], r["schedule"] or "", r["chunks"],
+                                             r["checkpoint"], r["batch"])):
+            self._p(self._line(r))
+        pp = [r for r in rows if r.get("strategy") == "pp"]
+        if pp:
+            self._p("#")
+            self._p("# Pipeline bubble: measured idle/step | GPipe (p-1)/(m+p-1) | Megatron (p-1)/(v m) | replay: "
+                    "schedule + imbalance | comm+overhead = (1 - compute/step) - replay")
+            for r in sorted(pp, key=lambda r: (r["model"], r["schedule"], r["micro_batch"] if r["sweep_mode"] == "micro-batch" else 0,
+                                               r["chunks"], r["checkpoint"])):
+                self._p(f"#   {r['model']:<10} {r['schedule']:<11} m={r['chunks']:<3} mb={r['micro_batch']:<4} {r['checkpoint']:<11} "
+                        f"measured {_pct(r['bubble_measured']):>4}  gpipe {_pct(r['bubble_gpipe_theory']):>4}  "
+                        f"megatron {_pct(r['bubble_megatron_theory']):>5}  replay {_pct(r['replay_bubble']):>4} = "
+                        f"schedule {_pct(r['replay_schedule_bubble']):>4} + imbalance {_pct(r['replay_imbalance']):>4}  "
+                        f"comm+overhead {_pct(r['comm_overhead_frac']):>4}")
+        wrong = sum(int(r["wrong"]) for r in rows)
+        self._p(f"#  Correctness vs single-process reference ({rows[0]['tolerance'] if rows else ''}): "
+                f"{wrong} wrong tensor(s) {'OK' if wrong == 0 else 'FAILED'}")
+        for d in sorted({(r['strategy'], r['degraded']) for r in rows if r.get("degraded")}):
+            self._p(f"#  Degraded: {d[0]}: {d[1]}")
+        for n in notes:
+            self._p(f"#  Note: {n}")

@@ -236,3 +236,93 @@ def conform(df, table: str):
 
 def _nullable(dtype: str) -> str:
     return {"int64": "Int64", "bool": "boolean", "float64": "Float64"}.get(dtype, dtype)
+
+# ---- strategy / pipeline kinds (bench.strategies): additive columns and tables ----------------
+
+STRATEGY = {
+    "strategy": "string",  # dp | ddp | layer | tp | pp | fsdp
+    "model": "string",  # preset (bench.workloads.models.PRESETS)
+    "family": "string",  # mlp | gpt
+    "params": "int64",
+    "devices": "int64",  # devices the case used in all (world x devices per process)
+    "chunks": "int64",  # micro-batches per mini-batch (pipeline; 1 elsewhere)
+    "schedule": "string",  # gpipe | 1f1b | interleaved; "" when not a pipeline
+    "checkpoint": "string",  # always | except_last | never (torchgpipe's modes)
+    "batch": "int64",  # global mini-batch, samples
+    "micro_batch": "int64",  # samples per micro-batch
+    "sweep_mode": "string",  # mini-batch (fixed mini-batch split into chunks) | micro-batch (fixed micro-batch)
+    "balance": "string",  # blocks per stage, "" = even
+    "bucket_cap_mb": "float64",  # ddp only
+    "stages": "int64",  # pipeline stages in all (ranks x stages per rank)
+    "steps": "int64",  # timed steps
+    "step_median_s": "float64",  # step wall: earliest start to latest end over ranks
+    "step_p5_s": "float64",
+    "step_p25_s": "float64",
+    "step_p75_s": "float64",
+    "step_p95_s": "float64",
+    "step_min_s": "float64",
+    "step_max_s": "float64",
+    "step_mean_s": "float64",
+    "step_stdev_s": "float64",
+    "step_cv": "float64",
+    "step_iqr_s": "float64",
+    "samples_per_s": "float64",  # batch / step_median_s
+    "samples_per_s_per_device": "float64",
+    "tokens_per_s": "float64",  # transformer only
+    "tokens_per_s_per_device": "float64",
+    "fwd_s": "float64",  # mean over ranks of the median per-step forward compute
+    "bwd_s": "float64",  # backward compute without recompute
+    "recompute_s": "float64",  # checkpoint recompute inside backward
+    "compute_s": "float64",
+    "exposed_comm_s": "float64",  # blocked in comm waits while no other rank computed
+    "idle_s": "float64",  # waiting for other ranks (bubble)
+    "overhead_s": "float64",  # own span - compute - waits
+    "comm_in_compute": "bool",  # collectives run inside the timed fwd/bwd (ddp, fsdp, tp)
+    "solo_compute_s": "float64",  # same local fwd+bwd without any comm (ddp, fsdp)
+    "exposed_comm_est_s": "float64",  # compute_s - solo_compute_s where comm_in_compute
+    "memory_kind": "string",  # cuda | host
+    "peak_memory_bytes": "int64",  # max over devices: CUDA peak reserved, or host peak RSS
+    "host_peak_rss_bytes": "int64",
+    "loss": "float64",
+    "tolerance": "string",
+    "max_abs_diff": "float64",  # vs the single-process reference, loss and gradients
+    "bubble_measured": "float64",  # mean over ranks of idle / step wall
+    "bubble_max": "float64",
+    "nocompute_frac": "float64",  # mean over ranks of 1 - compute / step wall
+    "bubble_gpipe_theory": "float64",  # (p-1)/(m+p-1)
+    "bubble_megatron_theory": "float64",  # (p-1)/(v m)
+    "replay_step_s": "float64",
+    "replay_bubble": "float64",  # replay with measured per-stage times: schedule + imbalance
+    "replay_schedule_bubble": "float64",  # replay with balanced times: the schedule alone
+    "replay_imbalance": "float64",  # replay_bubble - replay_schedule_bubble
+    "comm_overhead_frac": "float64",  # nocompute_frac - replay_bubble
+    "stage_fwd_s": "string",  # per-stage median forward per micro-batch, ms, comma list
+    "stage_bwd_s": "string",
+}
+
+STRATEGY_RANKS = {
+    "run_id": "string", "case_id": "string", "rank": "int64", "host": "string", "role": "string",
+    "step_wall_s": "float64", "own_span_s": "float64", "compute_s": "float64", "fwd_s": "float64",
+    "bwd_s": "float64", "recompute_s": "float64", "idle_s": "float64", "exposed_comm_s": "float64",
+    "overhead_s": "float64", "bubble": "float64", "nocompute_frac": "float64", "replay_bubble": "float64",
+    "solo_compute_s": "float64", "memory_kind": "string", "peak_allocated_bytes": "Int64",
+    "peak_active_bytes": "Int64", "peak_reserved_bytes": "Int64", "device_used_bytes": "Int64",
+    "device_total_bytes": "Int64", "host_peak_rss_bytes": "int64", "host_peak_is_lifetime": "bool",
+    "peak_bytes": "int64",
+}
+
+STRATEGY_STEPS = {
+    "run_id": "string", "case_id": "string", "step": "int64", "rank": "int64", "step_wall_s": "float64",
+    "own_span_s": "float64", "compute_s": "float64", "fwd_s": "float64", "bwd_s": "float64",
+    "recompute_s": "float64", "idle_s": "float64", "exposed_comm_s": "float64", "overhead_s": "float64",
+}
+
+MICROBATCH_EFFICIENCY = {
+    "run_id": "string", "case_id": "string", "model": "string", "batch": "int64", "chunks": "int64",
+    "micro_batch": "int64", "step_median_s": "float64", "step_iqr_s": "float64", "samples_per_s": "float64",
+    "relative_throughput": "float64", "ideal_pipeline_step_s": "float64", "stages": "int64",
+}
+
+TABLES["results"] = {**TABLES["results"], **STRATEGY}
+TABLES.update({"strategy_ranks": STRATEGY_RANKS, "strategy_steps": STRATEGY_STEPS,
+               "microbatch_efficiency": MICROBATCH_EFFICIENCY})

@@ -206,10 +206,11 @@ def mean_loss_all_ranks(t: torch.Tensor) -> float:
     return float(t.item()) / dist.get_world_size()
 
 
-def reference_check(trainer: Trainer, got_loss: float, got_grads: dict) -> dict:
-    """Compare one step with the single-process reference on the same global mini-batch."""
+def reference_check(trainer: Trainer, got_loss: float, got_grads: dict, batch=None) -> dict:
+    """Compare one step with the single-process reference on the same global mini-batch
+    (`batch`: trainer.global_batch(), which is collective; call it on every rank)."""
     ctx = trainer.ctx
-    x, y = trainer.global_batch()
+    x, y = batch if batch is not None else trainer.global_batch()
     ref = build_model(ctx.spec, ctx.seed).to(ctx.device)
     loss = loss_fn(ctx.spec)(ref(x.to(ctx.device)), y.to(ctx.device))
     loss.backward()

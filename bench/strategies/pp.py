@@ -230,9 +230,11 @@ class PPTrainer(Trainer):
     def pipeline_order(self):
         from bench.pipeline.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
 
-        order = getattr(self.schedule, "pipeline_order", None)
-        if order:
-            return from_pipeline_order(order)
+        # Single-stage schedules: the order their _step_microbatches executes (torch 2.13's
+        # Schedule1F1B.pipeline_order is the visualiser's and skips micro-batch 0 on the last
+        # stage). Multi-stage schedules execute their pipeline_order itself.
+        if self.ctx.schedule == "interleaved":
+            return from_pipeline_order(self.schedule.pipeline_order)
         if self.ctx.schedule == "gpipe":
             return gpipe_order(self.ctx.world, self.ctx.chunks)
         return one_f_one_b_order(self.ctx.world, self.ctx.chunks)
