@@ -59,7 +59,7 @@ class PipelineConfig:
     chunks: tuple[int, ...] = (1, 2, 4, 8)
     schedules: tuple[str, ...] = ("gpipe", "1f1b")
     checkpoint: tuple[str, ...] = ("never",)
-    batch: int = 128  # fixed mini-batch mode: split into `chunks` micro-batches
+    batch: int = 1024  # fixed mini-batch mode: split into `chunks` micro-batches
     micro_batch: tuple[int, ...] = ()  # fixed micro-batch mode when given: mini-batch = micro_batch x chunks
     balance: tuple[int, ...] = ()  # blocks per stage (empty: as even as possible)
     warmup: int = 2  # discarded steps after the check step (the first step also infers shapes)

@@ -33,13 +33,15 @@ class ModelSpec:
         return self.seq if self.family == "gpt" else 1
 
 
-# MLP presets: width x depth. mlp-pipe is sized so that on a 2-core CPU one GEMM per block is
-# large enough (32 rows x 1024 x 1024) that splitting a batch of 128 into 4 chunks keeps GEMM
-# efficiency and the 2-stage pipeline overlaps (measured, see docs/strategies.md).
+# MLP presets: width x depth. mlp-pipe is sized for the 2-core CPU default of bench-pipeline
+# (batch 1024): a stage's weights (4 x 1 MiB) stay in cache, so the two ranks computing at once
+# do not fight over memory bandwidth, and a 256-row micro-batch keeps ~94% of the GEMM speed of
+# the full batch. Measured: chunks=4 beats chunks=1 by ~1.4x there (docs/strategies.md); with
+# width 1024 the ranks slowed each other down ~1.5x and chunks=4 lost.
 PRESETS = {
     "mlp-tiny": ModelSpec(preset="mlp-tiny", family="mlp", width=32, depth=4),
     "mlp-small": ModelSpec(preset="mlp-small", family="mlp", width=256, depth=8),
-    "mlp-pipe": ModelSpec(preset="mlp-pipe", family="mlp", width=1024, depth=8),
+    "mlp-pipe": ModelSpec(preset="mlp-pipe", family="mlp", width=512, depth=8),
     "mlp-large": ModelSpec(preset="mlp-large", family="mlp", width=4096, depth=16),
     "gpt-tiny": ModelSpec(preset="gpt-tiny", family="gpt", width=32, depth=4, heads=4, vocab=128, seq=16),
     "gpt-small": ModelSpec(preset="gpt-small", family="gpt", width=128, depth=4, heads=4, vocab=512, seq=64),

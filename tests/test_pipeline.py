@@ -1,0 +1,179 @@
+"""Pipeline arithmetic on synthetic timelines with known answers, chunk/schedule validation,
+bad input at the CLI, and the end-to-end `make bench-pipeline CHUNKS=1,2` on a tiny preset."""
+
+import math
+import os
+import subprocess
+
+import pandas as pd
+import pytest
+
+from bench.errors import BenchError
+from bench.pipeline.breakdown import breakdown, overlap, union
+from bench.pipeline.replay import balanced, gpipe_order, one_f_one_b_order, replay
+from bench.pipeline.theory import gpipe_bubble, megatron_bubble
+from bench.strategies.pp import validate
+from conftest import ROOT, run_cli
+
+
+def test_textbook_forms():
+    assert gpipe_bubble(2, 1) == 0.5
+    assert gpipe_bubble(4, 8) == pytest.approx(3 / 11)
+    assert megatron_bubble(4, 8) == pytest.approx(3 / 8)
+    assert megatron_bubble(4, 8, v=2) == pytest.approx(3 / 16)
+    assert gpipe_bubble(1, 5) == 0.0
+
+
+@pytest.mark.parametrize("p,m", [(2, 1), (2, 4), (3, 6), (4, 8)])
+def test_replay_balanced_gpipe_matches_gpipe_formula(p, m):
+    # equal stages, backward = 2 x forward: GPipe's (p-1)/(m+p-1) exactly
+    dur = {(s, k): (1.0 if k == "F" else 2.0) for s in range(p) for k in ("F", "B")}
+    r = replay(gpipe_order(p, m), dur)
+    assert r.step_s == pytest.approx(3.0 * (m + p - 1))
+    for rank in range(p):
+        assert r.bubble[rank] == pytest.approx(gpipe_bubble(p, m))
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (2, 8), (4, 4), (4, 8)])
+def test_replay_1f1b_has_gpipe_bubble_with_equal_stages(p, m):
+    dur = {(s, k): (1.0 if k == "F" else 2.0) for s in range(p) for k in ("F", "B")}
+    r = replay(one_f_one_b_order(p, m), dur)
+    assert r.step_s == pytest.approx(3.0 * (m + p - 1))
+    assert r.mean_bubble == pytest.approx(gpipe_bubble(p, m))
+
+
+def test_replay_imbalance_is_separated_from_schedule():
+    # stage 1 twice as slow: the replay shows more bubble than the balanced replay
+    dur = {(0, "F"): 1.0, (0, "B"): 1.0, (1, "F"): 2.0, (1, "B"): 2.0}
+    order = gpipe_order(2, 2)
+    r, b = replay(order, dur), replay(order, balanced(dur))
+    # known answer, hand-simulated: F0(0-1) F1(1-2) | s1: F0(1-3) F1(3-5) B0(5-7) B1(7-9) | s0: B0(7-8) B1(9-10)
+    assert r.step_s == pytest.approx(10.0)
+    assert r.busy_s == {0: 4.0, 1: 8.0}
+    assert r.bubble[0] == pytest.approx(0.6) and r.bubble[1] == pytest.approx(0.2)
+    assert b.mean_bubble == pytest.approx(1 / 3)
+    assert r.mean_bubble - b.mean_bubble == pytest.approx(0.4 - 1 / 3)
+
+
+def test_replay_rejects_an_impossible_order():
+    with pytest.raises(ValueError, match="cannot progress"):
+        replay({0: [(0, "B", 0), (0, "F", 0)], 1: [(1, "F", 0), (1, "B", 0)]},
+               {(s, k): 1.0 for s in (0, 1) for k in "FB"})
+
+
+def test_interval_helpers():
+    assert union([(0, 2), (1, 3), (5, 6)]) == [(0.0, 3.0), (5.0, 6.0)]
+    assert overlap([(0, 4)], [(1, 2), (3, 10)]) == pytest.approx(2.0)
+
+
+def test_breakdown_on_a_synthetic_timeline():
+    # rank 0: compute 0-2, waits 2-6 (rank 1 computes 3-5: 2 s idle, 2 s exposed comm), compute 6-7
+    # rank 1: span 1-7, waits 1-3, compute 3-5, 0.5 s of bookkeeping, waits 5.5-7
+    spans = {0: (0.0, 7.0), 1: (1.0, 7.0)}
+    compute = {0: [(0, 2), (6, 7)], 1: [(3, 5)]}
+    waits = {0: [(2, 6)], 1: [(1, 3), (5.5, 7)]}
+    bd = breakdown(spans, compute, waits)
+    assert bd[0].step_wall_s == 7.0
+    assert (bd[0].compute_s, bd[0].idle_s, bd[0].exposed_comm_s, bd[0].overhead_s) == (3.0, 2.0, 2.0, 0.0)
+    # rank 1: 1 s before its span + waits overlapping rank 0's compute (1-2, 6-7) = 3 s idle
+    assert bd[1].compute_s == 2.0 and bd[1].idle_s == pytest.approx(3.0)
+    assert bd[1].exposed_comm_s == pytest.approx(1.5) and bd[1].overhead_s == pytest.approx(0.5)
+    for b in bd.values():
+        assert b.compute_s + b.idle_s + b.exposed_comm_s + b.overhead_s == pytest.approx(b.step_wall_s)
+    assert bd[1].bubble == pytest.approx(3 / 7)
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"schedule": "1f1b", "stages": 4, "chunks": 2}, "1f1b needs chunks >= stages: chunks 2 < stages 4"),
+    ({"schedule": "interleaved", "stages": 2, "chunks": 3, "batch": 6}, "chunks 3 % stages 2 = 1"),
+    ({"chunks": 3}, "batch 8 is not divisible by chunks 3"),
+    ({"chunks": 0}, "chunks 0 must be >= 1"),
+    ({"balance": (1, 2)}, "balance 1,2 sums to 3; the model has 4 layers"),
+    ({"balance": (4,)}, "has 1 entries"),
+    ({"schedule": "gpip"}, "unknown schedule 'gpip' (did you mean 'gpipe'?)"),
+])
+def test_validation(kw, message):
+    args = {"schedule": "gpipe", "stages": 2, "chunks": 2, "batch": 8, "depth": 4, **kw}
+    with pytest.raises(BenchError, match=None) as e:
+        validate(**args)
+    assert message in str(e.value)
+
+
+def test_1f1b_below_stages_is_skipped_in_a_default_sweep():
+    from bench.strategies.config import PipelineConfig, expand_pipeline
+
+    cases, notes = expand_pipeline(PipelineConfig(model="mlp-tiny", chunks=(1, 2), batch=8))
+    assert {(c.schedule, c.chunks) for c in cases} == {("gpipe", 1), ("gpipe", 2), ("1f1b", 2)}
+    assert any("1f1b skipped for chunks 1" in n for n in notes)
+    with pytest.raises(BenchError, match="1f1b needs chunks >= stages"):
+        PipelineConfig(model="mlp-tiny", chunks=(1, 2), batch=8, strict=True)
+
+
+def test_fixed_micro_batch_mode():
+    from bench.strategies.config import PipelineConfig, expand_pipeline
+
+    cases, _ = expand_pipeline(PipelineConfig(model="mlp-tiny", chunks=(2, 4), micro_batch=(3,), schedules=("gpipe",)))
+    assert [(c.chunks, c.batch, c.micro_batch, c.sweep_mode) for c in cases] == [(2, 6, 3, "micro-batch"),
+                                                                                 (4, 12, 3, "micro-batch")]
+
+
+CLI_CASES = [
+    (["pipeline", "--chunks", "0"], "chunks 0 must be >= 1"),
+    (["pipeline", "--chunks", "abc"], "bad chunks 'abc'"),
+    (["pipeline", "--chunks", "3", "--batch", "8"], "batch 8 is not divisible by chunks 3"),
+    (["pipeline", "--chunks", "1", "--schedule", "1f1b"], "1f1b needs chunks >= stages"),
+    (["pipeline", "--schedule", "1f1c"], "unknown schedule '1f1c' (did you mean '1f1b'?)"),
+    (["pipeline", "--model", "mlp-tinny"], "unknown model preset 'mlp-tinny' (did you mean 'mlp-tiny'?)"),
+    (["pipeline", "--model", "mlp-tiny", "--balance", "1,1"], "balance 1,1 sums to 2"),
+    (["pipeline", "--nproc", "3"], "world size 3 does not match stages x tp: 2 x 1 = 2"),
+    (["pipeline", "--checkpoint", "sometimes"], "unknown checkpoint mode 'sometimes'"),
+    (["strategies", "-s", "dpp"], "unknown strategy 'dpp' (did you mean 'ddp'?)"),
+    (["strategies", "--models", "gpt-tinny"], "unknown model preset 'gpt-tinny' (did you mean 'gpt-tiny'?)"),
+    (["strategies", "--batch", "7", "-s", "ddp"], "batch 7 is not divisible by world size 2"),
+]
+
+
+@pytest.mark.parametrize("argv,message", CLI_CASES, ids=[c[1][:32] for c in CLI_CASES])
+def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
+    from bench.cli import main
+
+    out = tmp_path / "results"
+    rc = main([*argv, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("distbench: error: "), err
+    assert message in lines[0], lines[0]
+    assert not out.exists()
+
+
+def test_make_bench_pipeline_end_to_end(tmp_path):
+    """`make bench-pipeline CHUNKS=1,2` on the tiny preset: rows, per-rank and per-step tables,
+    memory fields typed, correctness checked, summary printed."""
+    out = tmp_path / "results"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(["make", "-s", "bench-pipeline", "CHUNKS=1,2", "PYTHON_BIN=" + str(ROOT / ".venv/bin/python"),
+                        f"ARGS=--model mlp-tiny --batch 8 --steps 5 --warmup 1 --out {out}"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "# Summary" in p.stdout and "1f1b skipped for chunks 1" in p.stdout
+    run = next((out / "pipeline").iterdir())
+    res = pd.read_parquet(run / "results.parquet")
+    assert sorted(zip(res.schedule, res.chunks)) == [("1f1b", 2), ("gpipe", 1), ("gpipe", 2)]
+    assert (res.wrong == 0).all() and (res.checks == 1).all()
+    assert (res.steps >= 5).all()
+    for col in ("bubble_measured", "bubble_gpipe_theory", "bubble_megatron_theory", "replay_bubble",
+                "replay_schedule_bubble", "step_median_s", "samples_per_s"):
+        assert res[col].notna().all(), col
+    assert res.loc[res.chunks == 1, "bubble_gpipe_theory"].iloc[0] == 0.5
+    ranks = pd.read_parquet(run / "strategy_ranks.parquet")
+    assert len(ranks) == 2 * len(res)
+    assert (ranks.memory_kind == "host").all()
+    assert str(ranks.host_peak_rss_bytes.dtype) in ("int64", "Int64") and (ranks.host_peak_rss_bytes > 0).all()
+    assert ranks.peak_allocated_bytes.isna().all()  # CUDA-only fields are null on CPU, not zero
+    steps = pd.read_parquet(run / "strategy_steps.parquet")
+    assert len(steps) == sum(res.steps) * 2
+    total = steps.compute_s + steps.idle_s + steps.exposed_comm_s + steps.overhead_s
+    assert ((total - steps.step_wall_s).abs() < 1e-6 + 1e-3 * steps.step_wall_s).all()
+    eff = pd.read_parquet(run / "microbatch_efficiency.parquet")
+    assert sorted(eff.chunks) == [1, 2] and math.isclose(eff.loc[eff.chunks == 1, "relative_throughput"].iloc[0], 1.0)
