@@ -127,7 +127,7 @@ CLI_CASES = [
     (["pipeline", "--model", "mlp-tiny", "--balance", "1,1"], "balance 1,1 sums to 2"),
     (["pipeline", "--nproc", "3"], "world size 3 does not match stages x tp: 2 x 1 = 2"),
     (["pipeline", "--checkpoint", "sometimes"], "unknown checkpoint mode 'sometimes'"),
-    (["strategies", "-s", "dpp"], "unknown strategy 'dpp' (did you mean 'ddp'?)"),
+    (["strategies", "-s", "fsdpp"], "unknown strategy 'fsdpp' (did you mean 'fsdp'?)"),
     (["strategies", "--models", "gpt-tinny"], "unknown model preset 'gpt-tinny' (did you mean 'gpt-tiny'?)"),
     (["strategies", "--batch", "7", "-s", "ddp"], "batch 7 is not divisible by world size 2"),
 ]
