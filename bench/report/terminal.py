@@ -254,7 +254,7 @@ class StrategiesTable:
     columns are measured idle/step, GPipe's (p-1)/(m+p-1), and the calibrated replay."""
 
     COLS = (f"{'strategy':<8} {'model':<10} {'world':>5} {'chunks':>6} {'schedule':<11} {'ckpt':<11} {'batch':>5} "
-            f"{'mbatch':>6} {'step ms':>9} {'±iqr':>6} {'samples/s':>10} {'/device':>9} "
+            f"{'mbatch':>6} {'step ms':>9} {'±iqr':>6} {'samples/s':>10} {'/device':>9} {'tokens/s':>9} "
             f"{'bubble meas/gpipe/replay':>24} {'peak MiB/dev':>12} {'wrong':>5}")
 
     def __init__(self, out=None):
@@ -277,6 +277,7 @@ class StrategiesTable:
         return (f"  {r['strategy']:<8} {r['model']:<10} {r['world']:>5} {r['chunks']:>6} {r['schedule'] or '-':<11} "
                 f"{r['checkpoint']:<11} {r['batch']:>5} {r['micro_batch']:>6} {r['step_median_s'] * 1e3:>8.1f}{mark} "
                 f"{r['step_iqr_s'] * 1e3:>6.1f} {r['samples_per_s']:>10.1f} {r['samples_per_s_per_device']:>9.1f} "
+                f"{_num(r.get('tokens_per_s'), '9.0f'):>9} "
                 f"{bub:>24} {_mib(r['peak_memory_bytes']):>12} {r['wrong']:>5}{flag}")
 
     def row(self, r: dict):
