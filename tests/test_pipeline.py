@@ -22,6 +22,7 @@ def test_textbook_forms():
     assert megatron_bubble(4, 8) == pytest.approx(3 / 8)
     assert megatron_bubble(4, 8, v=2) == pytest.approx(3 / 16)
     assert gpipe_bubble(1, 5) == 0.0
+    assert gpipe_bubble(2, 4, v=2) == pytest.approx(1 / 9)
 
 
 @pytest.mark.parametrize("p,m", [(2, 1), (2, 4), (3, 6), (4, 8)])
@@ -40,6 +41,21 @@ def test_replay_1f1b_has_gpipe_bubble_with_equal_stages(p, m):
     r = replay(one_f_one_b_order(p, m), dur)
     assert r.step_s == pytest.approx(3.0 * (m + p - 1))
     assert r.mean_bubble == pytest.approx(gpipe_bubble(p, m))
+
+
+def test_replay_balanced_interleaved_matches_extended_form():
+    from bench.pipeline.replay import from_pipeline_order
+    from torch.distributed.pipelining.schedules import _Action, _ComputationType
+
+    # Interleaved 1F1B, p=2, v=2, m=2 as torch orders it (depth first): rank r holds stages r, r+2
+    F, B = _ComputationType.FORWARD, _ComputationType.FULL_BACKWARD
+    raw = {0: [_Action(0, F, 0), _Action(0, F, 1), _Action(2, F, 0), _Action(2, F, 1), None,
+               _Action(2, B, 0), _Action(2, B, 1), _Action(0, B, 0), _Action(0, B, 1)],
+           1: [None, _Action(1, F, 0), _Action(1, F, 1), _Action(3, F, 0), _Action(3, B, 0), _Action(3, F, 1),
+               _Action(3, B, 1), _Action(1, B, 0), _Action(1, B, 1)]}
+    dur = {(s, k): 1.0 for s in range(4) for k in "FB"}
+    r = replay(from_pipeline_order(raw), dur)
+    assert r.mean_bubble == pytest.approx(gpipe_bubble(2, 2, v=2))
 
 
 def test_replay_imbalance_is_separated_from_schedule():

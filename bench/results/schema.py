@@ -289,7 +289,7 @@ STRATEGY = {
     "bubble_measured": "float64",  # mean over ranks of idle / step wall
     "bubble_max": "float64",
     "nocompute_frac": "float64",  # mean over ranks of 1 - compute / step wall
-    "bubble_gpipe_theory": "float64",  # (p-1)/(m+p-1)
+    "bubble_gpipe_theory": "float64",  # (p-1)/(m+p-1); (p-1)/(v m+p-1) interleaved
     "bubble_megatron_theory": "float64",  # (p-1)/(v m)
     "replay_step_s": "float64",
     "replay_bubble": "float64",  # replay with measured per-stage times: schedule + imbalance

@@ -189,7 +189,7 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
         for x in ranks:
             x["replay_bubble"] = float(per_rank_replay.get(x["rank"], float("nan")))
         row.update({"stages": p * v, "bubble_measured": mean("bubble"), "bubble_max": max(x["bubble"] for x in ranks),
-                    "nocompute_frac": mean("nocompute_frac"), "bubble_gpipe_theory": gpipe_bubble(p, case.chunks),
+                    "nocompute_frac": mean("nocompute_frac"), "bubble_gpipe_theory": gpipe_bubble(p, case.chunks, v),
                     "bubble_megatron_theory": megatron_bubble(p, case.chunks, v), **rc})
         row["comm_overhead_frac"] = row["nocompute_frac"] - row["replay_bubble"]
     return {"results": [row], "strategy_ranks": ranks, "strategy_steps": steps_rows}
