@@ -44,5 +44,6 @@ def setup(ctx: Ctx) -> Trainer:
     ctx = type(ctx)(**{**ctx.__dict__, "device": device})
     t = DPTrainer(ctx, dp, Batches(ctx.spec, ctx.batch, ctx.steps, ctx.seed), dp.parameters())
     t.devices = max(gpus, 1)
-    t.degraded = "" if gpus >= 2 else PASS_THROUGH
+    t.degraded = "" if gpus >= 2 else (PASS_THROUGH if gpus == 0 else
+                                       "1 CUDA device: DataParallel is a pass-through")
     return t
