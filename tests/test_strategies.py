@@ -57,3 +57,27 @@ def test_dp_on_cpu_is_flagged_pass_through():
     t = dp.setup(Ctx(spec=get_spec("mlp-tiny"), rank=0, world=1, device=torch.device("cpu"), batch=4, seed=0,
                      steps=1))
     assert t.degraded == "no CUDA: DataParallel is a pass-through"
+
+
+def test_bench_strategies_end_to_end_tiny(tmp_path):
+    """Every strategy through the CLI on the tiny presets: one row per case, dp/layer honestly at
+    world 1 and flagged on CPU, every case checked against the reference."""
+    import pandas as pd
+
+    from conftest import run_cli
+
+    out = tmp_path / "results"
+    p = run_cli("strategies", "--models", "mlp-tiny,gpt-tiny", "--batch", "8", "--chunks", "2", "--steps", "5",
+                "--warmup", "1", "--out", str(out), timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "# Summary" in p.stdout
+    res = pd.read_parquet(next((out / "strategies").iterdir()) / "results.parquet")
+    assert sorted(set(res.strategy)) == ["ddp", "dp", "fsdp", "layer", "pp", "tp"]
+    assert len(res) == 12 and (res.wrong == 0).all() and (res.checks == 1).all()
+    assert set(res.loc[res.strategy.isin(["dp", "layer"]), "world"]) == {1}
+    assert set(res.loc[~res.strategy.isin(["dp", "layer"]), "world"]) == {2}
+    if torch.cuda.device_count() == 0:
+        assert (res.loc[res.strategy == "dp", "degraded"] == "no CUDA: DataParallel is a pass-through").all()
+        assert res.loc[res.strategy == "layer", "degraded"].str.contains("on cpu").all()
+    gpt = res[res.family == "gpt"]
+    assert (gpt.tokens_per_s == gpt.samples_per_s * 16).all()
