@@ -77,3 +77,19 @@ def test_closed_form_reduction_matches_brute_force(op, world):
         brute = {"sum": stack.sum(0), "max": stack.max(0).values, "min": stack.min(0).values,
                  "avg": stack.mean(0), "product": stack.prod(0)}[op]
         assert torch.equal(reduce_expected(idx, c).double(), brute)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+@pytest.mark.parametrize("op", ["sum", "avg", "max", "min", "product"])
+def test_fast_tiled_patterns_equal_the_definitions(world, op):
+    from bench.collectives.base import expected_range, move_range, reduce_range
+
+    for dtype in [torch.float32, torch.bfloat16, torch.int8]:
+        c = Ctx(rank=0, world=world, count=1, dtype=dtype, device=torch.device("cpu"), op=op)
+        for start, n in [(0, 5), (3, 10_000), (12_345, 54_321)]:
+            idx = arange(start, n, "cpu")
+            assert torch.equal(move_range(world - 1, start, n, dtype, "cpu"), move_values(world - 1, idx, dtype))
+            if op == "avg" and not dtype.is_floating_point:
+                continue
+            assert torch.equal(reduce_range(world - 1, start, n, c), reduce_values(world - 1, idx, c))
+            assert torch.equal(expected_range(start, n, c), reduce_expected(idx, c))

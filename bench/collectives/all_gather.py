@@ -5,11 +5,11 @@ import torch
 import torch.distributed as dist
 
 from bench.collectives import compat
-from bench.collectives.base import Bufs, Collective, arange, empty, gathered_values, move_values, register
+from bench.collectives.base import Bufs, Collective, empty, gathered_values, move_range, register
 
 
 def _mine(c):
-    return move_values(c.rank, arange(c.rank * c.shard, c.shard, c.device), c.dtype)
+    return move_range(c.rank, c.rank * c.shard, c.shard, c.dtype, c.device)
 
 
 class _AllGatherBase(Collective):

@@ -2,7 +2,7 @@
 
 import torch.distributed as dist
 
-from bench.collectives.base import Bufs, Collective, arange, reduce_expected, reduce_values, register
+from bench.collectives.base import Bufs, Collective, expected_range, reduce_range, register
 
 
 @register
@@ -15,7 +15,7 @@ class AllReduce(Collective):
         return 2 * (n - 1) / n
 
     def setup(self, c):
-        buf = reduce_values(c.rank, arange(0, c.count, c.device), c)
+        buf = reduce_range(c.rank, 0, c.count, c)
         return Bufs(inputs=buf, outputs=buf)
 
     def call(self, c, b, async_op=False):
@@ -25,4 +25,4 @@ class AllReduce(Collective):
         return b.outputs
 
     def expected(self, c):
-        return reduce_expected(arange(0, c.count, c.device), c)
+        return expected_range(0, c.count, c)

@@ -4,12 +4,12 @@ busbw factor (n-1)/n."""
 import torch
 import torch.distributed as dist
 
-from bench.collectives.base import Bufs, Collective, arange, empty, move_values, register
+from bench.collectives.base import Bufs, Collective, empty, move_range, register
 
 
 def _sent(c, src, dst):
     """What rank `src` sends to rank `dst`: identifies both ends."""
-    return move_values(src, arange(dst * c.shard, c.shard, c.device), c.dtype)
+    return move_range(src, dst * c.shard, c.shard, c.dtype, c.device)
 
 
 class _AllToAllBase(Collective):

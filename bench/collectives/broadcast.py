@@ -2,7 +2,7 @@
 
 import torch.distributed as dist
 
-from bench.collectives.base import Bufs, Collective, arange, empty, move_values, register
+from bench.collectives.base import Bufs, Collective, empty, move_range, register
 
 
 @register
@@ -15,7 +15,7 @@ class Broadcast(Collective):
         return 1.0
 
     def setup(self, c):
-        buf = move_values(c.root, arange(0, c.count, c.device), c.dtype) if c.rank == c.root else empty(c, c.count)
+        buf = move_range(c.root, 0, c.count, c.dtype, c.device) if c.rank == c.root else empty(c, c.count)
         return Bufs(inputs=buf, outputs=buf)
 
     def call(self, c, b, async_op=False):
@@ -25,4 +25,4 @@ class Broadcast(Collective):
         return b.outputs
 
     def expected(self, c):
-        return move_values(c.root, arange(0, c.count, c.device), c.dtype)
+        return move_range(c.root, 0, c.count, c.dtype, c.device)

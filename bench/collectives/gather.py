@@ -3,7 +3,7 @@
 import torch
 import torch.distributed as dist
 
-from bench.collectives.base import Bufs, Collective, arange, empty, gathered_values, move_values, register
+from bench.collectives.base import Bufs, Collective, empty, gathered_values, move_range, register
 
 
 @register
@@ -16,7 +16,7 @@ class Gather(Collective):
         return (n - 1) / n
 
     def setup(self, c):
-        mine = move_values(c.rank, arange(c.rank * c.shard, c.shard, c.device), c.dtype)
+        mine = move_range(c.rank, c.rank * c.shard, c.shard, c.dtype, c.device)
         outs = [empty(c, c.shard) for _ in range(c.world)] if c.rank == c.root else None
         return Bufs(inputs=mine, outputs=outs)
 

@@ -2,7 +2,7 @@
 
 import torch.distributed as dist
 
-from bench.collectives.base import Bufs, Collective, arange, reduce_expected, reduce_values, register
+from bench.collectives.base import Bufs, Collective, expected_range, reduce_range, register
 
 
 @register
@@ -16,7 +16,7 @@ class Reduce(Collective):
         return 1.0
 
     def setup(self, c):
-        buf = reduce_values(c.rank, arange(0, c.count, c.device), c)
+        buf = reduce_range(c.rank, 0, c.count, c)
         return Bufs(inputs=buf, outputs=buf)
 
     def call(self, c, b, async_op=False):
@@ -26,4 +26,4 @@ class Reduce(Collective):
         return b.outputs if c.rank == c.root else None
 
     def expected(self, c):
-        return reduce_expected(arange(0, c.count, c.device), c) if c.rank == c.root else None
+        return expected_range(0, c.count, c) if c.rank == c.root else None

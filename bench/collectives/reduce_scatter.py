@@ -4,7 +4,7 @@ the output is this rank's slice of the input, as in nccl-tests). busbw factor (n
 import torch.distributed as dist
 
 from bench.collectives import compat
-from bench.collectives.base import Bufs, Collective, arange, empty, reduce_expected, reduce_values, register
+from bench.collectives.base import Bufs, Collective, empty, expected_range, reduce_range, register
 
 
 class _ReduceScatterBase(Collective):
@@ -18,7 +18,7 @@ class _ReduceScatterBase(Collective):
         return b.outputs
 
     def expected(self, c):
-        return reduce_expected(arange(c.rank * c.shard, c.shard, c.device), c)
+        return expected_range(c.rank * c.shard, c.shard, c)
 
 
 @register
@@ -26,7 +26,7 @@ class ReduceScatter(_ReduceScatterBase):
     name = "reduce_scatter"
 
     def setup(self, c):
-        chunks = [reduce_values(c.rank, arange(k * c.shard, c.shard, c.device), c) for k in range(c.world)]
+        chunks = [reduce_range(c.rank, k * c.shard, c.shard, c) for k in range(c.world)]
         return Bufs(inputs=chunks, outputs=empty(c, c.shard))
 
     def call(self, c, b, async_op=False):
@@ -39,7 +39,7 @@ class ReduceScatterSingle(_ReduceScatterBase):
     placements = ("out-of-place", "in-place")
 
     def setup(self, c):
-        inp = reduce_values(c.rank, arange(0, c.count, c.device), c)
+        inp = reduce_range(c.rank, 0, c.count, c)
         out = inp[c.rank * c.shard:(c.rank + 1) * c.shard] if c.inplace else empty(c, c.shard)
         return Bufs(inputs=inp, outputs=out)
 

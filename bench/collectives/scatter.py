@@ -2,7 +2,7 @@
 
 import torch.distributed as dist
 
-from bench.collectives.base import Bufs, Collective, arange, empty, move_values, register
+from bench.collectives.base import Bufs, Collective, empty, move_range, register
 
 
 @register
@@ -16,7 +16,7 @@ class Scatter(Collective):
 
     def _shard_values(self, c, k):
         # root's shard for rank k carries k's identity, so a shard sent to the wrong rank is caught
-        return move_values(k, arange(k * c.shard, c.shard, c.device), c.dtype)
+        return move_range(k, k * c.shard, c.shard, c.dtype, c.device)
 
     def setup(self, c):
         chunks = [self._shard_values(c, k) for k in range(c.world)] if c.rank == c.root else None

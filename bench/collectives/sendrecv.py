@@ -3,7 +3,7 @@ sendrecv). busbw factor 1."""
 
 import torch.distributed as dist
 
-from bench.collectives.base import Bufs, Collective, arange, empty, move_values, register
+from bench.collectives.base import Bufs, Collective, empty, move_range, register
 
 
 class _Batch:
@@ -27,7 +27,7 @@ class SendRecv(Collective):
         return 1.0
 
     def setup(self, c):
-        return Bufs(inputs=move_values(c.rank, arange(0, c.count, c.device), c.dtype),
+        return Bufs(inputs=move_range(c.rank, 0, c.count, c.dtype, c.device),
                     outputs=empty(c, c.count))
 
     def call(self, c, b, async_op=False):
@@ -45,4 +45,4 @@ class SendRecv(Collective):
         return b.outputs
 
     def expected(self, c):
-        return move_values((c.rank - 1) % c.world, arange(0, c.count, c.device), c.dtype)
+        return move_range((c.rank - 1) % c.world, 0, c.count, c.dtype, c.device)
