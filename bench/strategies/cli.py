@@ -19,6 +19,10 @@ def _common(p, default_suite: str):
     p.add_argument("--warmup", default=None, help="discarded warm-up steps")
     p.add_argument("--check", default=None, help="1: compare the first step with the single-process reference")
     p.add_argument("--seed", default=None)
+    p.add_argument("--no-telemetry", dest="telemetry", action="store_const", const=False, default=None,
+                   help="do not sample NVML / host telemetry during cases (suite field 'telemetry')")
+    p.add_argument("--telemetry-interval-s", dest="telemetry_interval_s", type=float, default=None,
+                   help="seconds between telemetry samples (default 0.1)")
 
 
 def add_parser(sub):
@@ -67,7 +71,9 @@ def _strs(args, names) -> dict:
 
 
 def _plain(args) -> dict:
-    return {n: getattr(args, n) for n in ("backend", "out", "timeout_s") if getattr(args, n, None) is not None}
+    if args.telemetry_interval_s is not None and not args.telemetry_interval_s > 0:
+        raise BenchError(f"telemetry interval {args.telemetry_interval_s} s must be > 0")
+    return {n: getattr(args, n) for n in ("backend", "out", "timeout_s", "telemetry", "telemetry_interval_s") if getattr(args, n, None) is not None}
 
 
 def _scalar(d: dict, names):

@@ -71,6 +71,8 @@ class PipelineConfig:
     backend: str = "auto"
     timeout_s: float = 300.0
     out: str = "results"
+    telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
+    telemetry_interval_s: float = 0.1
 
     def __post_init__(self):
         get_spec(self.model)
@@ -143,6 +145,8 @@ class StrategiesConfig:
     backend: str = "auto"
     timeout_s: float = 300.0
     out: str = "results"
+    telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
+    telemetry_interval_s: float = 0.1
 
     def __post_init__(self):
         for s in self.strategies:
