@@ -97,3 +97,45 @@ def _plain(cfg) -> dict:
     import dataclasses
 
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()}
+
+
+@dataclass
+class Launch:
+    """What every runner needs first, on every rank: the warmed-up group, the shared run id and
+    every rank's facts (hosts, node ranks, oversubscription)."""
+
+    comm: Any
+    first_s: float  # seconds of the first collective (lazy communicator creation)
+    run_id: str
+    facts: list
+
+    @property
+    def hosts(self) -> list:
+        return [f["host"] for f in self.facts]
+
+    @property
+    def node_ranks(self) -> list:
+        return [f["node_rank"] for f in self.facts]
+
+    @property
+    def nodes(self) -> int:
+        return len(set(self.node_ranks))
+
+    @property
+    def oversubscribed(self) -> bool:
+        return any(f["oversubscribed"] for f in self.facts)
+
+    def base_row(self, info, suite: str, kind: str) -> dict:
+        """The COMMON columns of bench.results.schema for this launch."""
+        return {"run_id": self.run_id, "suite": suite, "kind": kind, "world": info.world, "nodes": self.nodes,
+                "backend": info.backend, "device_type": info.device.type, "threads_per_rank": info.threads,
+                "oversubscribed": self.oversubscribed, "degraded": "oversubscribed" if self.oversubscribed else ""}
+
+
+def open_launch(job: Job, info) -> Launch:
+    from bench.collectives.runner import Comm, warm_communicator
+
+    comm = Comm(info)
+    first_s = warm_communicator(comm)
+    run_id = shared_run_id(job, info)
+    return Launch(comm=comm, first_s=first_s, run_id=run_id, facts=comm.gather_object(rank_facts(info)))

@@ -16,7 +16,7 @@ import torch
 from bench.algorithms import REGISTRY, Plan
 from bench.algorithms.config import AllreduceConfig, CaseSpec, expand, variant_label
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
-from bench.collectives.runner import Comm, warm_communicator
+from bench.collectives.runner import Comm
 from bench.timing.loop import LoopSpec, measure
 from bench.timing.stats import algbw_gbps, busbw_gbps, completion_times, summarize
 from bench.timing.timers import sync
@@ -134,16 +134,12 @@ def run_all(job, info, init_s: float) -> dict:
     from bench.report.terminal import AllreduceTable
     from bench.results.metadata import nccl_env
     from bench.results.store import RunWriter
-    from bench.worker import rank_facts, shared_run_id, start_meta
+    from bench.worker import open_launch, start_meta
 
     cfg: AllreduceConfig = job.config
-    comm = Comm(info)
-    first_s = warm_communicator(comm)
-    run_id = shared_run_id(job, info)
-    facts = comm.gather_object(rank_facts(info))
-    hosts, node_ranks = [f["host"] for f in facts], [f["node_rank"] for f in facts]
-    nodes = len(set(node_ranks))
-    oversub = any(f["oversubscribed"] for f in facts)
+    launch = open_launch(job, info)
+    comm, first_s, run_id, facts = launch.comm, launch.first_s, launch.run_id, launch.facts
+    hosts, node_ranks, nodes, oversub = launch.hosts, launch.node_ranks, launch.nodes, launch.oversubscribed
     variant = variant_label(os.environ)
     env = nccl_env()
     cases = expand(cfg, info.world, variant)
@@ -151,10 +147,7 @@ def run_all(job, info, init_s: float) -> dict:
     if oversub:
         notes.append(f"OVERSUBSCRIBED at world {info.world}: {info.local_world} ranks x {info.threads} thread(s) "
                      f"on {info.cores} cores; times include time-sharing of the cores, not only communication")
-    base_row = {"run_id": run_id, "suite": cfg.name, "kind": "algorithm", "world": info.world, "nodes": nodes,
-                "backend": info.backend, "device_type": info.device.type, "threads_per_rank": info.threads,
-                "oversubscribed": oversub, "degraded": "oversubscribed" if oversub else "",
-                "nccl_env": json.dumps(env, sort_keys=True)}
+    base_row = {**launch.base_row(info, cfg.name, "algorithm"), "nccl_env": json.dumps(env, sort_keys=True)}
     key = launch_key(info.world, variant)
     writer, table, all_rows = None, AllreduceTable(), []
     if info.rank == 0:

@@ -140,16 +140,12 @@ def run_all(job, info: RankInfo, init_s: float) -> dict:
     from bench.collectives.config import expand
     from bench.report.terminal import CollectivesTable
     from bench.results.store import RunWriter
-    from bench.worker import rank_facts, shared_run_id, start_meta
+    from bench.worker import open_launch, start_meta
 
     cfg: CollectivesConfig = job.config
-    comm = Comm(info)
-    first_s = warm_communicator(comm)
-    run_id = shared_run_id(job, info)
-    facts = comm.gather_object(rank_facts(info))
-    hosts, node_ranks = [f["host"] for f in facts], [f["node_rank"] for f in facts]
-    nodes = len(set(node_ranks))
-    oversub = any(f["oversubscribed"] for f in facts)
+    launch = open_launch(job, info)
+    comm, first_s, run_id, facts = launch.comm, launch.first_s, launch.run_id, launch.facts
+    hosts, node_ranks, nodes, oversub = launch.hosts, launch.node_ranks, launch.nodes, launch.oversubscribed
     cases, notes = expand(cfg, info.world)
     skipped = {tuple(s) for s in job.meta.get("skipped", [])}
     cases = [c for c in cases if (c.collective, c.dtype, c.op) not in skipped]
@@ -157,9 +153,7 @@ def run_all(job, info: RankInfo, init_s: float) -> dict:
     if oversub:
         notes.append(f"oversubscribed: {info.local_world} ranks x {info.threads} thread(s) on "
                      f"{info.cores} cores; times include time-sharing")
-    base_row = {"run_id": run_id, "suite": cfg.name, "kind": "collective", "world": info.world, "nodes": nodes,
-                "backend": info.backend, "device_type": info.device.type, "threads_per_rank": info.threads,
-                "oversubscribed": oversub, "degraded": "oversubscribed" if oversub else ""}
+    base_row = launch.base_row(info, cfg.name, "collective")
     table = CollectivesTable()
     writer = None
     all_rows: list[dict] = []

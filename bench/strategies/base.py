@@ -168,11 +168,17 @@ class Trainer:
         self._last = None
         self._loss = float("nan")
 
+    def input_device(self):
+        return self.ctx.device
+
+    def step_loss(self, out, y):
+        return self.loss_of(out, y)
+
     def step(self, check: bool = False):
-        x, y = self.batches.next(self.ctx.device)
+        x, y = self.batches.next(self.input_device())
         self._last = (x, y)
         with self.clock.span("fwd"):
-            loss = self.loss_of(self.module(x), y)
+            loss = self.step_loss(self.module(x), y)
         with self.clock.span("bwd"):
             loss.backward()
         self._loss_t = loss.detach()

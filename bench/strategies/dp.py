@@ -19,17 +19,8 @@ PASS_THROUGH = "no CUDA: DataParallel is a pass-through"
 class DPTrainer(Trainer):
     role = "process"
 
-    def step(self, check: bool = False):
-        x, y = self.batches.next(self.ctx.device)
-        self._last = (x, y)
-        with self.clock.span("fwd"):
-            loss = self.loss_of(self.module(x), y).mean()  # mean over replicas' outputs
-        with self.clock.span("bwd"):
-            loss.backward()
-        self._loss_t = loss.detach()
-        if not check:
-            self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
+    def step_loss(self, out, y):
+        return self.loss_of(out, y).mean()  # mean over replicas' outputs
 
     def grads(self) -> dict:
         return {n.removeprefix("module."): p.grad.detach().clone()

@@ -37,18 +37,11 @@ class LayerModel(nn.Module):
 class LayerTrainer(Trainer):
     role = "process"
 
-    def step(self, check: bool = False):
-        x, y = self.batches.next(self.module.devices[0])
-        self._last = (x, y)
-        with self.clock.span("fwd"):
-            out = self.module(x)
-            loss = self.loss_of(out, y.to(out.device))
-        with self.clock.span("bwd"):
-            loss.backward()
-        self._loss_t = loss.detach()
-        if not check:
-            self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
+    def input_device(self):
+        return self.module.devices[0]
+
+    def step_loss(self, out, y):
+        return self.loss_of(out, y.to(out.device))  # labels follow the last group's device
 
     def grads(self) -> dict:
         return {n.removeprefix("full."): p.grad.detach().to("cpu").clone()

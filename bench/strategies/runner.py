@@ -12,7 +12,7 @@ import time
 import numpy as np
 import torch
 
-from bench.collectives.runner import Comm, warm_communicator
+from bench.collectives.runner import Comm
 from bench.pipeline.breakdown import breakdown
 from bench.pipeline.replay import balanced, replay
 from bench.pipeline.theory import gpipe_bubble, megatron_bubble
@@ -234,22 +234,17 @@ def run_all(job, info, init_s: float) -> dict:
     from bench import telemetry
     from bench.report.terminal import StrategiesTable
     from bench.results.store import RunWriter
-    from bench.worker import rank_facts, shared_run_id, start_meta
+    from bench.worker import open_launch, start_meta
 
     cfg = job.config
-    comm = Comm(info)
-    first_s = warm_communicator(comm)
-    run_id = shared_run_id(job, info)
-    facts = comm.gather_object(rank_facts(info))
-    hosts, nodes = [f["host"] for f in facts], len({f["node_rank"] for f in facts})
-    oversub = any(f["oversubscribed"] for f in facts)
+    launch = open_launch(job, info)
+    comm, first_s, run_id, facts = launch.comm, launch.first_s, launch.run_id, launch.facts
+    hosts, nodes, oversub = launch.hosts, launch.nodes, launch.oversubscribed
     cases, notes = expand_pipeline(cfg) if job.kind == "pipeline" else expand_strategies(cfg)
     cases = [c for c in cases if c.world == info.world]
     if oversub:
         notes.append(f"oversubscribed: {info.local_world} ranks x {info.threads} thread(s) on {info.cores} cores")
-    base_row = {"run_id": run_id, "suite": cfg.name, "kind": "strategy", "world": info.world, "nodes": nodes,
-                "backend": info.backend, "device_type": info.device.type, "threads_per_rank": info.threads,
-                "oversubscribed": oversub, "degraded": "oversubscribed" if oversub else ""}
+    base_row = launch.base_row(info, cfg.name, "strategy")
     writer, table = None, StrategiesTable()
     if info.rank == 0:
         writer = RunWriter(cfg.out, cfg.name, run_id, part_prefix=f"w{info.world}-")
