@@ -7,6 +7,7 @@ Exit code 1 means the benchmark ran but found wrong results (or a rank failed).
 import argparse
 import importlib
 import logging
+from contextlib import contextmanager
 import os
 import sys
 
@@ -27,7 +28,7 @@ def _is_rank_zero() -> bool:
     return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
 
 
-def _add_common(p: argparse.ArgumentParser, default_suite: str):
+def add_common(p: argparse.ArgumentParser, default_suite: str):
     p.add_argument("--suite", default=None, help=f"TOML suite file (default {default_suite})")
     p.add_argument("--nproc", "--world", dest="world", default=None,
                    help="ranks to launch here, comma list for several launches (suite field 'world')")
@@ -42,7 +43,7 @@ def _add_common(p: argparse.ArgumentParser, default_suite: str):
 
 def _add_collectives(sub):
     p = sub.add_parser("collectives", help="time every collective primitive across message sizes")
-    _add_common(p, "suites/collectives.toml")
+    add_common(p, "suites/collectives.toml")
     p.add_argument("-c", "--collective", "--collectives", dest="collectives", default=None,
                    help="comma list of collectives or 'all' (see `distbench list`)")
     p.add_argument("--dtype", "--dtypes", dest="dtypes", default=None, help="comma list, e.g. float32,bfloat16")
@@ -81,14 +82,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_list(args) -> int:
-    from bench.collectives import REGISTRY
+    from bench.algorithms import REGISTRY as ALGORITHMS
+    from bench.collectives import REGISTRY as COLLECTIVES
+    from bench.strategies import NAMES as STRATEGIES, get
 
-    for c in REGISTRY:
+    for c in COLLECTIVES:
         print(f"collective  {c.name:<24} busbw factor at n=8: {c.bus_factor(8):.3f}  placements: {', '.join(c.placements)}")
+    for a in ALGORITHMS:
+        doc = (sys.modules[type(a).__module__].__doc__ or "").strip().splitlines()
+        print(f"allreduce   {a.name:<24} {doc[0] if doc else ''}")
+    for name in STRATEGIES:
+        doc = (get(name).__doc__ or "").strip().splitlines()
+        print(f"strategy    {name:<24} {doc[0] if doc else ''}")
     return 0
 
 
-def _overrides(args, names) -> dict:
+def overrides(args, names) -> dict:
     from bench.suite import split_list
 
     out = {}
@@ -100,7 +109,7 @@ def _overrides(args, names) -> dict:
     return out
 
 
-def _worlds(args_world, cfg_world) -> tuple[int, ...]:
+def resolve_worlds(args_world, cfg_world) -> tuple[int, ...]:
     from bench.dist.launch import launched_externally
     from bench.suite import int_list
 
@@ -128,13 +137,13 @@ def cmd_collectives(args) -> int:
     names = ("backend", "out", "timeout_s", "collectives", "dtypes", "ops", "placements", "modes", "sizes",
              "min_bytes", "max_bytes", "step_factor", "warmup", "iters", "budget_s", "check", "skip_unsupported",
              "telemetry", "telemetry_interval_s")
-    ov = _overrides(args, names)
+    ov = overrides(args, names)
     if args.roots is not None:
         from bench.suite import int_list
 
         ov["roots"] = int_list(args.roots, "root")
     cfg = load_suite(suite, CollectivesConfig, "collectives", ov)
-    worlds = _worlds(args.world, cfg.world)
+    worlds = resolve_worlds(args.world, cfg.world)
     backend = resolve_backend(cfg.backend)
     combos = set()
     for w in worlds:
@@ -152,7 +161,28 @@ def cmd_collectives(args) -> int:
     return run_kind("collectives", cfg, backend, worlds, meta)
 
 
-def run_kind(kind: str, cfg, backend: str, worlds, extra_meta: dict) -> int:
+@contextmanager
+def env_changes(changes: dict):
+    """os.environ updated by `changes` inside the block (the launcher's children inherit it)."""
+    old = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_kind(kind: str, cfg, backend: str, worlds, extra_meta: dict, launches=None, after=None) -> int:
+    """Run every launch of one run (one run id, one results directory) and merge its parts.
+
+    launches: [(world, env changes, config)], default one per world size with `cfg` and no changes
+    (a fresh launch per NCCL setting, say, is one entry each). after(out_dir) runs once all
+    launches have finished, before the parts are merged (e.g. to fit a model over all of them).
+    """
     from bench.dist.launch import launch, launched_externally
     from bench.results.metadata import git_info, new_run_id, utc_now
     from bench.worker import Job, worker_main
@@ -164,36 +194,43 @@ def run_kind(kind: str, cfg, backend: str, worlds, extra_meta: dict) -> int:
             else "torchrun"
         res = worker_main(Job(kind=kind, config=cfg, backend=backend, world=worlds[0], run_id=None, meta=meta))
         if _is_rank_zero() and res.get("dir"):
+            if after:
+                after(res["dir"])
+            finalize_run(res["dir"])
             print(f"# results: {res['dir']}", flush=True)
         return 1 if res["wrong"] else 0
     meta["launcher"] = "elastic_launch"
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
     run_id = new_run_id()
     wrong, out_dir = 0, None
-    for w in worlds:
-        job = Job(kind=kind, config=cfg, backend=backend, world=w, run_id=run_id, meta=meta)
+    for w, env, job_cfg in launches or [(w, {}, cfg) for w in worlds]:
+        job = Job(kind=kind, config=job_cfg, backend=backend, world=w, run_id=run_id, meta=meta)
         try:
-            results = launch(worker_main, (job,), nproc=w)
+            with env_changes(env):
+                results = launch(worker_main, (job,), nproc=w)
         except Exception as e:  # noqa: BLE001 - a rank died: say which, keep what was written
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(f"distbench: a rank failed at world {w}: {first}", file=sys.stderr)
+            setting = f" with {env}" if env else ""
+            print(f"distbench: a rank failed at world {w}{setting}: {first}", file=sys.stderr)
+            finalize_run(out_dir)
             return 1
         wrong += results[0]["wrong"]
         out_dir = results[0]["dir"]
-    _finalize(out_dir)
+    if out_dir and after:
+        after(out_dir)
+    finalize_run(out_dir)
     print(f"# results: {out_dir}", flush=True)
     if wrong:
         print(f"distbench: {wrong} wrong element(s): results were written, but the check failed", file=sys.stderr)
     return 1 if wrong else 0
 
 
-def _finalize(out_dir):
+def finalize_run(out_dir):
+    """Merge a run directory's parts into one parquet file per table."""
     from bench.results.store import RunWriter
 
     if out_dir:
-        w = RunWriter.__new__(RunWriter)
-        w.dir = __import__("pathlib").Path(out_dir)
-        w.finalize()
+        RunWriter.at(out_dir).finalize()
 
 
 def main(argv=None) -> int:

@@ -78,14 +78,14 @@ def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, mo
     import json
     import os
 
-    from bench.algorithms.cli import _launch_all
+    from bench.algorithms.cli import launch_all
     from bench.algorithms.config import AllreduceConfig
 
     monkeypatch.delenv("NCCL_ALGO", raising=False)
     cfg = AllreduceConfig(world=(2,), sizes=("4K", "8K"), algorithms=("tree", "native"), warmup=1, iters=2,
                           budget_s=0.001, telemetry=False, out=str(tmp_path / "res"), predict_worlds=(2,),
                           predict_sizes=("4K",))
-    assert _launch_all(cfg, "gloo", [(2, {}), (2, {"NCCL_ALGO": "Tree"})], {}) == 0
+    assert launch_all(cfg, "gloo", [(2, {}), (2, {"NCCL_ALGO": "Tree"})], {}) == 0
     assert "NCCL_ALGO" not in os.environ
     run = load_run(next((tmp_path / "res" / "allreduce").iterdir()))
     res = run["results"]

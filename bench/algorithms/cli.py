@@ -8,18 +8,16 @@ cost model is fitted over every launch of the run and the summary printed.
 
 import dataclasses
 import os
-import sys
-from contextlib import contextmanager
 
 from bench.errors import BenchError
 
 
 def add_parser(sub):
-    from bench.cli import _add_common
+    from bench.cli import add_common
 
     p = sub.add_parser("allreduce", help="allreduce algorithms (ring, tree, star, halving_doubling, native) "
                                          "across message sizes, with a fitted alpha-beta cost model")
-    _add_common(p, "suites/allreduce.toml")
+    add_common(p, "suites/allreduce.toml")
     p.add_argument("-a", "--algorithm", "--algorithms", dest="algorithms", default=None,
                    help="comma list of ring, tree, star, halving_doubling, native, or 'all'")
     p.add_argument("--chunk-bytes", dest="chunk_bytes", default=None, help="ring's pipelined chunk, e.g. 256K (> 0)")
@@ -47,7 +45,7 @@ def add_parser(sub):
 def validate(args):
     """(cfg, backend, worlds, launches) or BenchError; launches = [(world, env)]."""
     from bench.algorithms.config import AllreduceConfig
-    from bench.cli import _overrides, _worlds
+    from bench.cli import overrides, resolve_worlds
     from bench.dist.env import check_world, resolve_backend
     from bench.suite import int_list, load_suite
 
@@ -55,11 +53,11 @@ def validate(args):
     names = ("backend", "out", "timeout_s", "algorithms", "nccl_algos", "nccl_protos", "dtypes", "ops", "modes",
              "sizes", "min_bytes", "max_bytes", "step_factor", "warmup", "iters", "budget_s", "check",
              "predict_sizes", "telemetry", "telemetry_interval_s")
-    ov = _overrides(args, names)
+    ov = overrides(args, names)
     ov["chunk_bytes"] = args.chunk_bytes  # a single size, not a list
     ov["predict_worlds"] = int_list(args.predict_worlds, "prediction world size")
     cfg = load_suite(suite, AllreduceConfig, "allreduce", ov)
-    worlds = _worlds(args.world, cfg.world)
+    worlds = resolve_worlds(args.world, cfg.world)
     backend = resolve_backend(cfg.backend)
     for w in worlds:
         check_world(w, backend, nnodes=int(os.environ.get("NNODES", "1") or 1))
@@ -78,6 +76,7 @@ def validate(args):
 
 
 def cmd_allreduce(args) -> int:
+    from bench.algorithms.summary import write_model
     from bench.cli import run_kind
     from bench.dist.launch import launched_externally
 
@@ -87,58 +86,19 @@ def cmd_allreduce(args) -> int:
         if len(launches) > len(worlds):
             meta["notes"] = ["under torchrun/srun the ranks are already started: no fresh launch per "
                              "NCCL_ALGO/NCCL_PROTO setting; set them in the environment of the job instead"]
-        return run_kind("allreduce", cfg, backend, worlds, meta)
-    return _launch_all(cfg, backend, launches, meta)
+        return run_kind("allreduce", cfg, backend, worlds, meta, after=lambda d: write_model(d, cfg))
+    return launch_all(cfg, backend, launches, meta)
 
 
-@contextmanager
-def _env(changes: dict):
-    old = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
-def _launch_all(cfg, backend: str, launches, extra_meta: dict) -> int:
-    """bench.cli.run_kind's loop, with one launch per (world, NCCL environment) of one run."""
-    import logging
 
+
+def launch_all(cfg, backend: str, launches, extra_meta: dict) -> int:
+    """One run of fresh launches, one per (world, NCCL environment); NCCL variants run native only."""
     from bench.algorithms.summary import write_model
-    from bench.cli import _finalize
-    from bench.dist.launch import launch
-    from bench.results.metadata import git_info, new_run_id, utc_now
-    from bench.worker import Job, worker_main
+    from bench.cli import run_kind
 
-    meta = {"command_line": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]), "started_utc": utc_now(),
-            "cwd": os.getcwd(), **git_info(), **extra_meta, "launcher": "elastic_launch"}
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
-    run_id = new_run_id()
-    wrong, out_dir = 0, None
-    for w, env in launches:
-        job_cfg = dataclasses.replace(cfg, algorithms=("native",)) if env else cfg
-        job = Job(kind="allreduce", config=job_cfg, backend=backend, world=w, run_id=run_id, meta=meta)
-        try:
-            with _env(env):
-                results = launch(worker_main, (job,), nproc=w)
-        except Exception as e:  # noqa: BLE001 - a rank died: say which, keep what was written
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            setting = f" with {env}" if env else ""
-            print(f"distbench: a rank failed at world {w}{setting}: {first}", file=sys.stderr)
-            if out_dir:
-                _finalize(out_dir)
-            return 1
-        wrong += results[0]["wrong"]
-        out_dir = results[0]["dir"]
-    if out_dir:
-        write_model(out_dir, cfg)
-        _finalize(out_dir)
-    print(f"# results: {out_dir}", flush=True)
-    if wrong:
-        print(f"distbench: {wrong} wrong element(s): results were written, but the check failed", file=sys.stderr)
-    return 1 if wrong else 0
+    jobs = [(w, env, dataclasses.replace(cfg, algorithms=("native",)) if env else cfg) for w, env in launches]
+    return run_kind("allreduce", cfg, backend, [w for w, _ in launches], extra_meta, launches=jobs,
+                    after=lambda d: write_model(d, cfg))

@@ -39,6 +39,13 @@ class RunWriter:
         self.prefix = part_prefix  # one prefix per launch, so launches never share part names
         self._parts = 0
 
+    @classmethod
+    def at(cls, run_dir) -> "RunWriter":
+        """A writer for an existing run directory (to merge its parts or update its meta)."""
+        w = cls.__new__(cls)
+        w.dir, w.prefix, w._parts = Path(run_dir), "", 0
+        return w
+
     def read_meta(self) -> dict:
         p = self.dir / "meta.json"
         return json.loads(p.read_text()) if p.exists() else {}

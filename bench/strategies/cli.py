@@ -86,10 +86,10 @@ def _scalar(d: dict, names):
 
 
 def _launch(kind, cfg, args, meta):
-    from bench.cli import _worlds, run_kind
+    from bench.cli import resolve_worlds, run_kind
     from bench.dist.env import check_world, resolve_backend
 
-    worlds = _worlds(args.world, cfg.worlds())
+    worlds = resolve_worlds(args.world, cfg.worlds())
     for w in worlds:
         if w not in cfg.worlds():
             raise BenchError(f"world size {w} does not fit this suite: it runs at world "
