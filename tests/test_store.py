@@ -56,3 +56,13 @@ def test_meta_updates_merge(tmp_path):
 def test_conform_rejects_bad_types():
     with pytest.raises((TypeError, ValueError)):
         conform(pd.DataFrame([_row(size_bytes="big")]), "results")
+
+
+def test_schema_doc_is_generated_from_the_code():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    p = subprocess.run([sys.executable, str(ROOT / "tools/schema_doc.py"), "--check"], capture_output=True)
+    assert p.returncode == 0, "docs/schema.md is stale: run python tools/schema_doc.py"

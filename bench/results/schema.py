@@ -36,18 +36,18 @@ COLLECTIVE = {
     "iters": "int64",
     "samples": "int64",
     "warmup_op_s": "float64",
-    "time_median_s": "float64",
-    "time_p5_s": "float64",
-    "time_p25_s": "float64",
-    "time_p75_s": "float64",
-    "time_p95_s": "float64",
-    "time_min_s": "float64",
-    "time_max_s": "float64",
-    "time_mean_s": "float64",
-    "time_stdev_s": "float64",
-    "time_cv": "float64",
-    "time_iqr_s": "float64",
-    "noisy": "bool",
+    "time_median_s": "float64",  # median over iterations of the per-iteration max over ranks
+    "time_p5_s": "float64",  # 5th percentile (numpy linear), same samples
+    "time_p25_s": "float64",  # 25th percentile
+    "time_p75_s": "float64",  # 75th percentile
+    "time_p95_s": "float64",  # 95th percentile
+    "time_min_s": "float64",  # fastest iteration
+    "time_max_s": "float64",  # slowest iteration
+    "time_mean_s": "float64",  # mean (for reference: medians are the statistic)
+    "time_stdev_s": "float64",  # sample standard deviation (ddof=1)
+    "time_cv": "float64",  # stdev / mean
+    "time_iqr_s": "float64",  # p75 - p25
+    "noisy": "bool",  # IQR / median > 0.1 (torch.utils.benchmark's rule)
     "algbw_gbps": "float64",  # S / time_median_s / 1e9
     "busbw_gbps": "float64",  # algbw * bus_factor
     "bus_factor": "float64",
@@ -215,28 +215,6 @@ CROSSOVER = {  # tree vs ring, per measured world
     "textbook_bytes": "float64",
 }
 
-TABLES = {"results": {**COMMON, **COLLECTIVE, **TELEMETRY_SUMMARY, **ALGORITHM}, "samples": SAMPLES, "ranks": RANKS,
-          "telemetry": TELEMETRY, "model": MODEL, "residuals": RESIDUALS, "predictions": PREDICTIONS,
-          "crossover": CROSSOVER}
-
-
-def conform(df, table: str):
-    """Add any missing known column as null and cast known columns to their dtype."""
-    import pandas as pd
-
-    cols = TABLES.get(table, {})
-    for name, dtype in cols.items():
-        if name not in df.columns:
-            df[name] = pd.Series([pd.NA] * len(df), dtype=_nullable(dtype))
-    for name, dtype in cols.items():
-        df[name] = df[name].astype(_nullable(dtype))
-    ordered = [c for c in cols if c in df.columns] + [c for c in df.columns if c not in cols]
-    return df[ordered]
-
-
-def _nullable(dtype: str) -> str:
-    return {"int64": "Int64", "bool": "boolean", "float64": "Float64"}.get(dtype, dtype)
-
 # ---- strategy / pipeline kinds (bench.strategies): additive columns and tables ----------------
 
 STRATEGY = {
@@ -323,6 +301,28 @@ MICROBATCH_EFFICIENCY = {
     "relative_throughput": "float64", "ideal_pipeline_step_s": "float64", "stages": "int64",
 }
 
-TABLES["results"] = {**TABLES["results"], **STRATEGY}
-TABLES.update({"strategy_ranks": STRATEGY_RANKS, "strategy_steps": STRATEGY_STEPS,
-               "microbatch_efficiency": MICROBATCH_EFFICIENCY})
+
+TABLES = {
+    "results": {**COMMON, **COLLECTIVE, **TELEMETRY_SUMMARY, **ALGORITHM, **STRATEGY},
+    "samples": SAMPLES, "ranks": RANKS, "telemetry": TELEMETRY,
+    "model": MODEL, "residuals": RESIDUALS, "predictions": PREDICTIONS, "crossover": CROSSOVER,
+    "strategy_ranks": STRATEGY_RANKS, "strategy_steps": STRATEGY_STEPS, "microbatch_efficiency": MICROBATCH_EFFICIENCY,
+}
+
+
+def conform(df, table: str):
+    """Add any missing known column as null and cast known columns to their dtype."""
+    import pandas as pd
+
+    cols = TABLES.get(table, {})
+    for name, dtype in cols.items():
+        if name not in df.columns:
+            df[name] = pd.Series([pd.NA] * len(df), dtype=_nullable(dtype))
+    for name, dtype in cols.items():
+        df[name] = df[name].astype(_nullable(dtype))
+    ordered = [c for c in cols if c in df.columns] + [c for c in df.columns if c not in cols]
+    return df[ordered]
+
+
+def _nullable(dtype: str) -> str:
+    return {"int64": "Int64", "bool": "boolean", "float64": "Float64"}.get(dtype, dtype)
