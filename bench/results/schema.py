@@ -311,16 +311,16 @@ TABLES = {
 
 
 def conform(df, table: str):
-    """Add any missing known column as null and cast known columns to their dtype."""
+    """Add any missing known column as null and cast known columns to their dtype (one pass:
+    a results table has over a hundred columns and is conformed once per finished case)."""
     import pandas as pd
 
     cols = TABLES.get(table, {})
-    for name, dtype in cols.items():
-        if name not in df.columns:
-            df[name] = pd.Series([pd.NA] * len(df), dtype=_nullable(dtype))
-    for name, dtype in cols.items():
-        df[name] = df[name].astype(_nullable(dtype))
-    ordered = [c for c in cols if c in df.columns] + [c for c in df.columns if c not in cols]
+    missing = {c: pd.array([pd.NA] * len(df), dtype=_nullable(d)) for c, d in cols.items() if c not in df.columns}
+    if missing:
+        df = pd.concat([df, pd.DataFrame(missing, index=df.index)], axis=1)
+    df = df.astype({c: _nullable(d) for c, d in cols.items()})
+    ordered = list(cols) + [c for c in df.columns if c not in cols]
     return df[ordered]
 
 

@@ -7,6 +7,7 @@ merges the parts into one file per table; load_run() reads either form.
 
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,17 @@ def write_json(obj, path: Path):
         p.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
     _atomic_write(path, w)
+
+
+def _read_parts(tdir: Path) -> pd.DataFrame | None:
+    """All part files of one table, in completion order, as one frame (None if there are none)."""
+    frames = [pd.read_parquet(f) for f in sorted(tdir.glob("*.parquet"))]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return None
+    with warnings.catch_warnings():  # all-null columns in some parts: concat's dtype notice
+        warnings.simplefilter("ignore", FutureWarning)
+        return pd.concat(frames, ignore_index=True)
 
 
 class RunWriter:
@@ -69,9 +81,8 @@ class RunWriter:
         """One finished case: {table name: rows}. Parts are numbered in completion order."""
         self._parts += 1
         for table, rows in tables.items():
-            if rows:
-                df = conform(pd.DataFrame(rows), table)
-                write_parquet(df, self.dir / "parts" / table / f"{self.prefix}{self._parts:05d}.parquet")
+            if rows:  # parts are raw (cheap to write); finalize() and load_run() conform them
+                write_parquet(pd.DataFrame(rows), self.dir / "parts" / table / f"{self.prefix}{self._parts:05d}.parquet")
 
     def finalize(self):
         parts = self.dir / "parts"
@@ -79,8 +90,8 @@ class RunWriter:
             return
         for tdir in sorted(p for p in parts.iterdir() if p.is_dir()):
             files = sorted(tdir.glob("*.parquet"))
-            if files:
-                df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+            df = _read_parts(tdir)
+            if df is not None:
                 write_parquet(conform(df, tdir.name), self.dir / f"{tdir.name}.parquet")
             for f in files:
                 f.unlink()
@@ -106,10 +117,10 @@ def load_run(path) -> Run:
     parts = path / "parts"
     if parts.is_dir():
         for tdir in sorted(p for p in parts.iterdir() if p.is_dir()):
-            files = sorted(tdir.glob("*.parquet"))
-            if files:
-                df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-                tables[tdir.name] = pd.concat([tables[tdir.name], df]) if tdir.name in tables else df
+            df = _read_parts(tdir)
+            if df is not None:
+                both = [tables[tdir.name], df] if tdir.name in tables else [df]
+                tables[tdir.name] = conform(pd.concat(both, ignore_index=True), tdir.name)
     return Run(dir=path, meta=meta, tables=tables)
 
 
