@@ -17,6 +17,17 @@ except ModuleNotFoundError:  # Python < 3.11
 from bench.errors import BenchError, SuiteError, did_you_mean
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Fields every benchmark kind's config has; each is also a CLI option (bench.cli.add_common)."""
+
+    backend: str = "auto"  # auto: nccl with CUDA, else gloo
+    timeout_s: float = 300.0  # process-group timeout: a hang fails after this
+    out: str = "results"  # results root: <out>/<name>/<run_id>/
+    telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
+    telemetry_interval_s: float = 0.1  # seconds between telemetry samples
+
+
 def _kind_of(tp) -> tuple[type, type | None]:
     """(container, element) for a field annotation: (tuple, str), (int, None) ..."""
     origin = typing.get_origin(tp)

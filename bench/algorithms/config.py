@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from bench.errors import BenchError, did_you_mean, unknown
 from bench.timing.loop import MODES
 from bench.units import dtype_name, parse_dtype, parse_size, parse_size_list, size_sweep
+from bench.suite import RunConfig
 
 # NCCL_ALGO / NCCL_PROTO values NCCL accepts (NCCL docs, "Environment Variables"); case-insensitive.
 NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -16,7 +17,7 @@ POW2_WORLDS = tuple(2**k for k in range(1, 11))  # 2 .. 1024
 
 
 @dataclass(frozen=True, kw_only=True)
-class AllreduceConfig:
+class AllreduceConfig(RunConfig):
     """Fields of a `kind = "allreduce"` suite file; every CLI option overrides one of them."""
 
     name: str = "allreduce"  # results go to <out>/<name>/<run_id>/
@@ -40,9 +41,6 @@ class AllreduceConfig:
     check: int = 1  # correctness checks per size, outside the timed region
     predict_worlds: tuple[int, ...] = POW2_WORLDS  # model predictions (not measurements) at these worlds
     predict_sizes: tuple[str, ...] = ("4K", "1M", "64M")
-    timeout_s: float = 300.0  # process-group timeout: a hang fails after this
-    telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
-    telemetry_interval_s: float = 0.1
     out: str = "results"
 
     def __post_init__(self):

@@ -5,12 +5,13 @@ from dataclasses import dataclass
 from bench.errors import BenchError, unknown
 from bench.timing.loop import MODES
 from bench.units import dtype_name, parse_dtype, parse_op, parse_size, parse_size_list, size_sweep
+from bench.suite import RunConfig
 
 PLACEMENTS = ("out-of-place", "in-place")
 
 
 @dataclass(frozen=True, kw_only=True)
-class CollectivesConfig:
+class CollectivesConfig(RunConfig):
     """Fields of a `kind = "collectives"` suite file; every CLI option overrides one of them."""
 
     name: str = "collectives"  # results go to <out>/<name>/<run_id>/
@@ -31,11 +32,8 @@ class CollectivesConfig:
     iters: int = 20  # floor of timed ops per size
     budget_s: float = 0.1  # timed seconds to aim for per size (iterations adapt)
     check: int = 1  # correctness checks per size, outside the timed region
-    timeout_s: float = 300.0  # process-group timeout: a hang fails after this
     skip_unsupported: bool = False  # skip (and record) dtype/op pairs the backend refuses
     out: str = "results"
-    telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
-    telemetry_interval_s: float = 0.1  # seconds between telemetry samples
 
     def __post_init__(self):
         for w in self.world:

@@ -9,20 +9,14 @@ from bench.errors import BenchError
 
 
 def _common(p, default_suite: str):
-    p.add_argument("--suite", default=None, help=f"TOML suite file (default {default_suite})")
-    p.add_argument("--nproc", "--world", dest="world", default=None, help="ranks to launch (comma list)")
-    p.add_argument("--backend", default=None, help="auto | gloo | nccl")
-    p.add_argument("--out", default=None, help="results root (default results/)")
-    p.add_argument("--timeout-s", type=float, default=None, help="process-group timeout in seconds")
+    from bench.cli import add_common
+
+    add_common(p, default_suite)  # suite, nproc, backend, out, timeout, telemetry
     p.add_argument("--batch", default=None, help="global mini-batch, samples")
     p.add_argument("--steps", default=None, help="timed steps (>= 5)")
     p.add_argument("--warmup", default=None, help="discarded warm-up steps")
     p.add_argument("--check", default=None, help="1: compare the first step with the single-process reference")
     p.add_argument("--seed", default=None)
-    p.add_argument("--no-telemetry", dest="telemetry", action="store_const", const=False, default=None,
-                   help="do not sample NVML / host telemetry during cases (suite field 'telemetry')")
-    p.add_argument("--telemetry-interval-s", dest="telemetry_interval_s", type=float, default=None,
-                   help="seconds between telemetry samples (default 0.1)")
 
 
 def add_parser(sub):

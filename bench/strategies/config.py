@@ -7,6 +7,7 @@ from bench.errors import BenchError, unknown
 from bench.strategies import NAMES
 from bench.strategies.pp import CHECKPOINTS, SCHEDULES, validate
 from bench.workloads.models import PRESETS, get_spec
+from bench.suite import RunConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +48,7 @@ def _presets(models):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PipelineConfig:
+class PipelineConfig(RunConfig):
     """Fields of a `kind = "pipeline"` suite; CLI options override them."""
 
     name: str = "pipeline"
@@ -69,10 +70,7 @@ class PipelineConfig:
     seed: int = 0
     strict: bool = False  # schedules given explicitly: a 1f1b case with chunks < stages is an error
     backend: str = "auto"
-    timeout_s: float = 300.0
     out: str = "results"
-    telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
-    telemetry_interval_s: float = 0.1
 
     def __post_init__(self):
         get_spec(self.model)
@@ -125,7 +123,7 @@ def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StrategiesConfig:
+class StrategiesConfig(RunConfig):
     """Fields of a `kind = "strategies"` suite; CLI options override them."""
 
     name: str = "strategies"
@@ -143,10 +141,7 @@ class StrategiesConfig:
     check: int = 1
     seed: int = 0
     backend: str = "auto"
-    timeout_s: float = 300.0
     out: str = "results"
-    telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
-    telemetry_interval_s: float = 0.1
 
     def __post_init__(self):
         for s in self.strategies:
