@@ -29,3 +29,13 @@ def run_cli(*argv, cwd=None, env=None, timeout=600) -> subprocess.CompletedProce
 @pytest.fixture
 def spawn_ranks():
     return spawn
+
+
+def assert_usage_error(rc: int, err: str, message: str, out: Path):
+    """Bad input as the product promises it: exit code 2, one line `distbench: error: ...` that
+    contains `message`, and nothing written under `out`."""
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("distbench: error: "), err
+    assert message in lines[0], lines[0]
+    assert not out.exists(), "nothing may be written on bad input"

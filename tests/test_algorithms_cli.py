@@ -5,7 +5,7 @@ import pytest
 
 from bench.cli import main
 from bench.results.store import load_run
-from conftest import run_cli
+from conftest import assert_usage_error, run_cli
 
 CASES = [
     (["-a", "rign"], "unknown allreduce algorithm 'rign' (did you mean 'ring'?)"),
@@ -28,12 +28,7 @@ CASES = [
 def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
     out = tmp_path / "results"
     rc = main(["allreduce", "--out", str(out), "--sizes", "4K", *argv])
-    err = capsys.readouterr().err
-    assert rc == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("distbench: error: "), err
-    assert message in lines[0]
-    assert not out.exists(), "nothing may be written on bad input"
+    assert_usage_error(rc, capsys.readouterr().err, message, out)
 
 
 def test_bad_input_through_the_real_entry_point_has_no_traceback(tmp_path):

@@ -4,7 +4,7 @@ nothing under results/ touched."""
 import pytest
 
 from bench.cli import main
-from conftest import run_cli
+from conftest import assert_usage_error, run_cli
 
 CASES = [
     (["-c", "all_reduse"], "unknown collective 'all_reduse' (did you mean 'all_reduce'?)"),
@@ -28,12 +28,7 @@ def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
     out = tmp_path / "results"
     rc = main(["collectives", "--out", str(out), "--sizes", "1K", *argv] if "--sizes" not in argv and "-b" not in argv
               else ["collectives", "--out", str(out), *argv])
-    err = capsys.readouterr().err
-    assert rc == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("distbench: error: "), err
-    assert message in lines[0]
-    assert not out.exists(), "nothing may be written on bad input"
+    assert_usage_error(rc, capsys.readouterr().err, message, out)
 
 
 def test_malformed_suite_names_file_and_key(tmp_path, capsys):

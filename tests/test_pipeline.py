@@ -13,7 +13,7 @@ from bench.pipeline.breakdown import breakdown, overlap, union
 from bench.pipeline.replay import balanced, gpipe_order, one_f_one_b_order, replay
 from bench.pipeline.theory import gpipe_bubble, megatron_bubble
 from bench.strategies.pp import validate
-from conftest import ROOT, run_cli
+from conftest import ROOT, assert_usage_error
 
 
 def test_textbook_forms():
@@ -155,12 +155,7 @@ def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
 
     out = tmp_path / "results"
     rc = main([*argv, "--out", str(out)])
-    err = capsys.readouterr().err
-    assert rc == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("distbench: error: "), err
-    assert message in lines[0], lines[0]
-    assert not out.exists()
+    assert_usage_error(rc, capsys.readouterr().err, message, out)
 
 
 def test_make_bench_pipeline_end_to_end(tmp_path):
