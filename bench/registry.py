@@ -24,6 +24,14 @@ class Registry(Generic[T]):
             raise unknown(self.what, name, self._items)
         return self._items[name]
 
+    def select(self, names) -> list[str]:
+        """Registered names for a user's list; ("all",) or () selects every unit."""
+        if tuple(names) in (("all",), ()):
+            return self.names()
+        for n in names:
+            self.get(n)  # unknown names fail here, with a did-you-mean
+        return list(names)
+
     def names(self) -> list[str]:
         return list(self._items)
 

@@ -27,6 +27,18 @@ class RunConfig:
     telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
     telemetry_interval_s: float = 0.1  # seconds between telemetry samples
 
+    def __post_init__(self):
+        for name, v in (("timeout_s", self.timeout_s), ("telemetry_interval_s", self.telemetry_interval_s)):
+            if not v > 0:
+                raise BenchError(f"{name} {v} must be > 0")
+
+
+def at_least(name: str, values, lo: int = 1):
+    """Each of `values` (one value or a tuple) must be >= lo."""
+    for v in values if isinstance(values, tuple) else (values,):
+        if v < lo:
+            raise BenchError(f"{name} {v} must be >= {lo}")
+
 
 def _kind_of(tp) -> tuple[type, type | None]:
     """(container, element) for a field annotation: (tuple, str), (int, None) ..."""

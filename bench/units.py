@@ -70,6 +70,13 @@ def size_sweep(min_bytes: int, max_bytes: int, step_factor: float) -> list[int]:
     return sizes
 
 
+def sweep_sizes(sizes, min_bytes, max_bytes, step_factor: float) -> list[int]:
+    """Explicit `sizes` when given, else the geometric sweep min..max by step_factor."""
+    if sizes:
+        return parse_size_list(list(sizes))
+    return size_sweep(parse_size(min_bytes), parse_size(max_bytes), step_factor)
+
+
 def format_size(n: int) -> str:
     for unit, f in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
         if n >= f and n % f == 0:

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 from bench.errors import BenchError, did_you_mean, unknown
 from bench.timing.loop import MODES
-from bench.units import dtype_name, parse_dtype, parse_size, parse_size_list, size_sweep
-from bench.suite import RunConfig
+from bench.units import dtype_name, parse_dtype, parse_size, parse_size_list, sweep_sizes
+from bench.suite import RunConfig, at_least
 
 # NCCL_ALGO / NCCL_PROTO values NCCL accepts (NCCL docs, "Environment Variables"); case-insensitive.
 NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -24,7 +24,6 @@ class AllreduceConfig(RunConfig):
     description: str = ""
     algorithms: tuple[str, ...] = ("all",)  # registry names (ring, tree, star, halving_doubling, native) or "all"
     world: tuple[int, ...] = (2, 4)  # one launch (one process group) per world size
-    backend: str = "auto"  # auto: nccl with CUDA, else gloo
     dtypes: tuple[str, ...] = ("float32",)
     ops: tuple[str, ...] = ("sum",)  # sum | max | min | product
     modes: tuple[str, ...] = ("latency",)
@@ -41,14 +40,12 @@ class AllreduceConfig(RunConfig):
     check: int = 1  # correctness checks per size, outside the timed region
     predict_worlds: tuple[int, ...] = POW2_WORLDS  # model predictions (not measurements) at these worlds
     predict_sizes: tuple[str, ...] = ("4K", "1M", "64M")
-    out: str = "results"
 
     def __post_init__(self):
         from bench.algorithms import OPS
 
-        for w in (*self.world, *self.predict_worlds):
-            if w < 1:
-                raise BenchError(f"world size {w} must be >= 1")
+        super().__post_init__()
+        at_least("world size", (*self.world, *self.predict_worlds))
         for m in self.modes:
             if m not in MODES:
                 raise unknown("timing mode", m, MODES)
@@ -58,13 +55,11 @@ class AllreduceConfig(RunConfig):
             if o not in OPS:
                 raise unknown("allreduce op", o, OPS)
         self.algorithm_names()
-        for name, v, lo in (("warmup", self.warmup, 0), ("iters", self.iters, 1), ("check", self.check, 0)):
-            if v < lo:
-                raise BenchError(f"{name} {v} must be >= {lo}")
-        for name, v in (("budget_s", self.budget_s), ("timeout_s", self.timeout_s),
-                        ("telemetry_interval_s", self.telemetry_interval_s)):
-            if not v > 0:
-                raise BenchError(f"{name} {v} must be > 0")
+        at_least("warmup", self.warmup, 0)
+        at_least("iters", self.iters)
+        at_least("check", self.check, 0)
+        if not self.budget_s > 0:
+            raise BenchError(f"budget_s {self.budget_s} must be > 0")
         self.chunk()
         self.size_list()
         parse_size_list(list(self.predict_sizes))
@@ -80,16 +75,12 @@ class AllreduceConfig(RunConfig):
         return parse_size(text)
 
     def size_list(self) -> list[int]:
-        if self.sizes:
-            return parse_size_list(list(self.sizes))
-        return size_sweep(parse_size(self.min_bytes), parse_size(self.max_bytes), self.step_factor)
+        return sweep_sizes(self.sizes, self.min_bytes, self.max_bytes, self.step_factor)
 
     def algorithm_names(self) -> list[str]:
         from bench.algorithms import REGISTRY
 
-        if tuple(self.algorithms) in (("all",), ()):
-            return REGISTRY.names()
-        return [REGISTRY.get(n).name for n in self.algorithms]
+        return REGISTRY.select(self.algorithms)
 
     def nccl_asked(self) -> bool:
         """Did the user ask for NCCL settings (anything but the default 'auto' or an empty list)?"""

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 from bench.errors import BenchError, unknown
 from bench.timing.loop import MODES
-from bench.units import dtype_name, parse_dtype, parse_op, parse_size, parse_size_list, size_sweep
-from bench.suite import RunConfig
+from bench.units import dtype_name, parse_dtype, parse_op, parse_size, size_sweep, sweep_sizes
+from bench.suite import RunConfig, at_least
 
 PLACEMENTS = ("out-of-place", "in-place")
 
@@ -18,7 +18,6 @@ class CollectivesConfig(RunConfig):
     description: str = ""
     collectives: tuple[str, ...] = ("all",)  # registry names, or "all"
     world: tuple[int, ...] = (2,)  # one launch (one process group) per world size
-    backend: str = "auto"  # auto: nccl with CUDA, else gloo
     dtypes: tuple[str, ...] = ("float32",)
     ops: tuple[str, ...] = ("sum",)  # for reducing collectives only
     roots: tuple[int, ...] = (0,)  # for rooted collectives only
@@ -33,12 +32,10 @@ class CollectivesConfig(RunConfig):
     budget_s: float = 0.1  # timed seconds to aim for per size (iterations adapt)
     check: int = 1  # correctness checks per size, outside the timed region
     skip_unsupported: bool = False  # skip (and record) dtype/op pairs the backend refuses
-    out: str = "results"
 
     def __post_init__(self):
-        for w in self.world:
-            if w < 1:
-                raise BenchError(f"world size {w} must be >= 1")
+        super().__post_init__()
+        at_least("world size", self.world)
         for m in self.modes:
             if m not in MODES:
                 raise unknown("timing mode", m, MODES)
@@ -49,30 +46,22 @@ class CollectivesConfig(RunConfig):
             parse_dtype(d)
         for o in self.ops:
             parse_op(o)
-        for name, v, lo in (("warmup", self.warmup, 0), ("iters", self.iters, 1), ("check", self.check, 0)):
-            if v < lo:
-                raise BenchError(f"{name} {v} must be >= {lo}")
-        if self.telemetry_interval_s <= 0:
-            raise BenchError(f"telemetry_interval_s {self.telemetry_interval_s} must be > 0, e.g. 0.1")
-        if self.budget_s <= 0 or self.timeout_s <= 0:
-            raise BenchError(f"budget_s ({self.budget_s}) and timeout_s ({self.timeout_s}) must be > 0")
-        for r in self.roots:
-            if r < 0:
-                raise BenchError(f"root {r} must be >= 0")
+        at_least("warmup", self.warmup, 0)
+        at_least("iters", self.iters)
+        at_least("check", self.check, 0)
+        if not self.budget_s > 0:
+            raise BenchError(f"budget_s {self.budget_s} must be > 0")
+        at_least("root", self.roots, 0)
         size_sweep(parse_size(self.min_bytes), parse_size(self.max_bytes), self.step_factor)  # validates
         self.size_list()
 
     def size_list(self) -> list[int]:
-        if self.sizes:
-            return parse_size_list(list(self.sizes))
-        return size_sweep(parse_size(self.min_bytes), parse_size(self.max_bytes), self.step_factor)
+        return sweep_sizes(self.sizes, self.min_bytes, self.max_bytes, self.step_factor)
 
     def collective_names(self) -> list[str]:
         from bench.collectives import REGISTRY
 
-        if tuple(self.collectives) in (("all",), ()):
-            return REGISTRY.names()
-        return [REGISTRY.get(n).name for n in self.collectives]
+        return REGISTRY.select(self.collectives)
 
 
 @dataclass(frozen=True, kw_only=True)

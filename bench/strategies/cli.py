@@ -65,8 +65,6 @@ def _strs(args, names) -> dict:
 
 
 def _plain(args) -> dict:
-    if args.telemetry_interval_s is not None and not args.telemetry_interval_s > 0:
-        raise BenchError(f"telemetry interval {args.telemetry_interval_s} s must be > 0")
     return {n: getattr(args, n) for n in ("backend", "out", "timeout_s", "telemetry", "telemetry_interval_s") if getattr(args, n, None) is not None}
 
 

@@ -7,7 +7,7 @@ from bench.errors import BenchError, unknown
 from bench.strategies import NAMES
 from bench.strategies.pp import CHECKPOINTS, SCHEDULES, validate
 from bench.workloads.models import PRESETS, get_spec
-from bench.suite import RunConfig
+from bench.suite import RunConfig, at_least
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,12 +34,6 @@ class CaseSpec:
         bal = "-".join(map(str, self.balance)) or "even"
         return (f"{self.strategy}.{self.model}.w{self.world}.m{self.chunks}.{self.schedule or 'none'}."
                 f"{self.checkpoint}.b{self.batch}.mb{self.micro_batch}.bal{bal}")
-
-
-def _positive(name: str, values, lo: int = 1):
-    for v in values if isinstance(values, tuple) else (values,):
-        if v < lo:
-            raise BenchError(f"{name} {v} must be >= {lo}")
 
 
 def _presets(models):
@@ -69,17 +63,16 @@ class PipelineConfig(RunConfig):
     efficiency: bool = True  # also the one-process micro-batch efficiency curve
     seed: int = 0
     strict: bool = False  # schedules given explicitly: a 1f1b case with chunks < stages is an error
-    backend: str = "auto"
-    out: str = "results"
 
     def __post_init__(self):
+        super().__post_init__()
         get_spec(self.model)
-        _positive("stages", self.stages)
-        _positive("chunks", self.chunks)
-        _positive("batch", self.batch)
-        _positive("micro-batch", self.micro_batch)
-        _positive("steps", self.steps, 5)
-        _positive("warmup", self.warmup, 0)
+        at_least("stages", self.stages)
+        at_least("chunks", self.chunks)
+        at_least("batch", self.batch)
+        at_least("micro-batch", self.micro_batch)
+        at_least("steps", self.steps, 5)
+        at_least("warmup", self.warmup, 0)
         if self.tp != 1:
             raise BenchError(f"tp {self.tp} inside pipeline stages is not implemented; allowed: 1")
         for s in self.schedules:
@@ -140,18 +133,17 @@ class StrategiesConfig(RunConfig):
     steps: int = 6
     check: int = 1
     seed: int = 0
-    backend: str = "auto"
-    out: str = "results"
 
     def __post_init__(self):
+        super().__post_init__()
         for s in self.strategies:
             if s not in NAMES:
                 raise unknown("strategy", s, NAMES)
         _presets(self.models)
-        _positive("world size", self.world)
-        _positive("batch", self.batch)
-        _positive("steps", self.steps, 5)
-        _positive("warmup", self.warmup, 0)
+        at_least("world size", self.world)
+        at_least("batch", self.batch)
+        at_least("steps", self.steps, 5)
+        at_least("warmup", self.warmup, 0)
         if self.bucket_cap_mb <= 0:
             raise BenchError(f"bucket_cap_mb {self.bucket_cap_mb} must be > 0")
         expand_strategies(self)
