@@ -21,7 +21,8 @@ class _Parser(argparse.ArgumentParser):
 
 # Modules with add_parser(subparsers): each benchmark kind owns its subcommand. Their handlers
 # validate into a config and call run_kind(kind, cfg, backend, worlds, meta).
-PLUGINS = ("bench.algorithms.cli", "bench.strategies.cli", "bench.telemetry.cli")
+PLUGINS = ("bench.allreduce.cli", "bench.strategies.cli", "bench.telemetry.cli", "bench.report.cli",
+           "bench.results.cli")
 
 
 def _is_rank_zero() -> bool:
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_list(args) -> int:
-    from bench.algorithms import REGISTRY as ALGORITHMS
+    from bench.allreduce import REGISTRY as ALGORITHMS
     from bench.collectives import REGISTRY as COLLECTIVES
     from bench.strategies import NAMES as STRATEGIES, get
 
@@ -110,11 +111,11 @@ def overrides(args, names) -> dict:
 
 
 def resolve_worlds(args_world, cfg_world) -> tuple[int, ...]:
-    from bench.dist.launch import launched_externally
+    from bench.distributed.launch import launched_externally
     from bench.suite import int_list
 
     if launched_externally():
-        from bench.dist.env import slurm_to_torch_env, under_slurm
+        from bench.distributed.env import slurm_to_torch_env, under_slurm
 
         env = slurm_to_torch_env(os.environ) if under_slurm() else os.environ
         world = int(env["WORLD_SIZE"])
@@ -129,8 +130,8 @@ def resolve_worlds(args_world, cfg_world) -> tuple[int, ...]:
 def cmd_collectives(args) -> int:
     from bench.collectives import REGISTRY
     from bench.collectives.config import CollectivesConfig, expand
-    from bench.dist import probe
-    from bench.dist.env import check_world, resolve_backend
+    from bench.distributed import probe
+    from bench.distributed.env import check_world, resolve_backend
     from bench.suite import load_suite
 
     suite = args.suite or ("suites/collectives.toml" if os.path.exists("suites/collectives.toml") else None)
@@ -183,7 +184,7 @@ def run_kind(kind: str, cfg, backend: str, worlds, extra_meta: dict, launches=No
     (a fresh launch per NCCL setting, say, is one entry each). after(out_dir) runs once all
     launches have finished, before the parts are merged (e.g. to fit a model over all of them).
     """
-    from bench.dist.launch import launch, launched_externally
+    from bench.distributed.launch import launch, launched_externally
     from bench.results.metadata import git_info, new_run_id, utc_now
     from bench.worker import Job, worker_main
 

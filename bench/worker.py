@@ -29,7 +29,7 @@ class Job:
 # kind -> "module:function" run on every rank as fn(job, info, init_s) -> {"wrong", "run_id", "dir"}
 RUNNERS = {
     "collectives": "bench.collectives.runner:run_all",
-    "allreduce": "bench.algorithms.runner:run_all",
+    "allreduce": "bench.allreduce.runner:run_all",
     "strategies": "bench.strategies.runner:run_all",
     "pipeline": "bench.strategies.runner:run_all",
 }
@@ -45,7 +45,7 @@ def _runner(kind: str):
 def worker_main(job: Job) -> dict:
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
     t0 = time.perf_counter()
-    from bench.dist.env import init_rank
+    from bench.distributed.env import init_rank
 
     info = init_rank(job.backend, job.config.timeout_s)
     init_s = time.perf_counter() - t0

@@ -14,7 +14,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def spawn(fn, world: int, *args, timeout_s: float = 120.0) -> dict:
-    from bench.dist.launch import launch, run_in_group
+    from bench.distributed.launch import launch, run_in_group
 
     return launch(run_in_group, (fn, "gloo", timeout_s, *args), nproc=world)
 

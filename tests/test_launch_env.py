@@ -1,6 +1,6 @@
 import pytest
 
-from bench.dist.env import first_host, resolve_backend, slurm_to_torch_env, under_slurm, under_torchrun
+from bench.distributed.env import first_host, resolve_backend, slurm_to_torch_env, under_slurm, under_torchrun
 from bench.errors import BenchError
 
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from bench.collectives import REGISTRY, Ctx
 from bench.collectives.config import CaseSpec, CollectivesConfig
-from bench.dist.env import RankInfo
+from bench.distributed.env import RankInfo
 from bench.timing.loop import LoopSpec, measure
 from bench.timing.stats import algbw_gbps, busbw_gbps, completion_times, summarize
 from bench.timing.timers import sync

@@ -24,7 +24,7 @@ COMMON = {
 
 COLLECTIVE = {
     "collective": "string",
-    "algorithm": "string",  # "native" for the backend's own; ring/tree/... from bench.algorithms
+    "algorithm": "string",  # "native" for the backend's own; ring/tree/... from bench.allreduce
     "size_bytes": "int64",  # S: total array bytes (nccl-tests)
     "count": "int64",  # elements of S
     "dtype": "string",
@@ -131,7 +131,7 @@ TELEMETRY = {
     "reason": "string",  # why the metric is missing; null when it has a value
 }
 
-# Allreduce algorithms (bench/algorithms, kind "algorithm"; docs/allreduce.md): extra results columns
+# Allreduce algorithms (bench/allreduce, kind "algorithm"; docs/allreduce.md): extra results columns
 # and the cost-model tables. Everything in `model`, `predictions` and `crossover` is model output.
 ALGORITHM = {
     "chunk_bytes": "int64",  # ring's pipelined chunk; 0 for the other algorithms

@@ -79,7 +79,7 @@ def _scalar(d: dict, names):
 
 def _launch(kind, cfg, args, meta):
     from bench.cli import resolve_worlds, run_kind
-    from bench.dist.env import check_world, resolve_backend
+    from bench.distributed.env import check_world, resolve_backend
 
     worlds = resolve_worlds(args.world, cfg.worlds())
     for w in worlds:

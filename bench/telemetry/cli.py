@@ -21,8 +21,8 @@ def add_parser(sub):
 
 
 def cmd_overhead(args) -> int:
-    from bench.dist.env import check_world, resolve_backend
-    from bench.dist.launch import launch, run_in_group
+    from bench.distributed.env import check_world, resolve_backend
+    from bench.distributed.launch import launch, run_in_group
     from bench.errors import BenchError, unknown
     from bench.telemetry.overhead import analyse, rank_main
     from bench.timing.loop import MODES

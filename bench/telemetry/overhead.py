@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 
 def rank_main(info, sizes: list[int], repeats: int, interval_s: float, budget_s: float, mode: str) -> dict:
-    """Runs on every rank (under bench.dist.launch.run_in_group); rank 0 returns the numbers."""
+    """Runs on every rank (under bench.distributed.launch.run_in_group); rank 0 returns the numbers."""
     import numpy as np
     import torch
 

@@ -2,8 +2,8 @@
 Importing this package registers all of them, in the order tables show them."""
 
 # isort: off  (registration order is display order)
-from bench.algorithms import ring, tree, star, halving_doubling, native  # noqa: F401
+from bench.allreduce import ring, tree, star, halving_doubling, native  # noqa: F401
 # isort: on
-from bench.algorithms.base import OPS, REGISTRY, Algorithm, Plan
+from bench.allreduce.base import OPS, REGISTRY, Algorithm, Plan
 
 __all__ = ["OPS", "REGISTRY", "Algorithm", "Plan"]

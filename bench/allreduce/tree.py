@@ -8,7 +8,7 @@ Cost: a = 2 ceil(log2 n), b = 2 ceil(log2 n) (Thakur et al. 2005, binomial reduc
 
 import torch
 
-from bench.algorithms.base import Algorithm, Plan, ceil_log2, combine, exchange, register, wait
+from bench.allreduce.base import Algorithm, Plan, ceil_log2, combine, exchange, register, wait
 
 
 @register

@@ -6,7 +6,7 @@ import uuid
 
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from bench.dist.env import under_slurm, under_torchrun
+from bench.distributed.env import under_slurm, under_torchrun
 
 
 def launched_externally() -> bool:
@@ -32,7 +32,7 @@ def run_in_group(fn, backend: str, timeout_s: float, *args):
     """Rank entry for tests and tools: init the group from the launcher's env, run fn(info, *args)."""
     import torch.distributed as dist
 
-    from bench.dist.env import init_rank
+    from bench.distributed.env import init_rank
 
     info = init_rank(backend, timeout_s)
     try:

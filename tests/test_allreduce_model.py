@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from bench.algorithms import REGISTRY
-from bench.algorithms.model import fit, measured_crossover, model_crossover, n_half, predict
-from bench.algorithms.summary import analyse
+from bench.allreduce import REGISTRY
+from bench.allreduce.model import fit, measured_crossover, model_crossover, n_half, predict
+from bench.allreduce.summary import analyse
 
 SIZES = [4096 * 2**k for k in range(15)]  # 4 KiB .. 64 MiB, as the default suite
 

@@ -42,7 +42,7 @@ class AllreduceConfig(RunConfig):
     predict_sizes: tuple[str, ...] = ("4K", "1M", "64M")
 
     def __post_init__(self):
-        from bench.algorithms import OPS
+        from bench.allreduce import OPS
 
         super().__post_init__()
         at_least("world size", (*self.world, *self.predict_worlds))
@@ -78,7 +78,7 @@ class AllreduceConfig(RunConfig):
         return sweep_sizes(self.sizes, self.min_bytes, self.max_bytes, self.step_factor)
 
     def algorithm_names(self) -> list[str]:
-        from bench.algorithms import REGISTRY
+        from bench.allreduce import REGISTRY
 
         return REGISTRY.select(self.algorithms)
 

@@ -8,7 +8,7 @@ coefficients (the nccl-tests busbw convention): its alpha and 1/beta are effecti
 import torch
 import torch.distributed as dist
 
-from bench.algorithms.base import Algorithm, Plan, register
+from bench.allreduce.base import Algorithm, Plan, register
 from bench.units import torch_op
 
 

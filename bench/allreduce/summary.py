@@ -8,9 +8,9 @@ launch measures ranks time-sharing cores, not communication); when every launch 
 oversubscribed, from all of them, and the rows say so.
 """
 
-from bench.algorithms import REGISTRY
-from bench.algorithms.model import fit, measured_crossover, model_crossover, n_half, predict
-from bench.algorithms.runner import bus_factor
+from bench.allreduce import REGISTRY
+from bench.allreduce.model import fit, measured_crossover, model_crossover, n_half, predict
+from bench.allreduce.runner import bus_factor
 
 GB = 1e9
 
@@ -149,7 +149,7 @@ def write_model(run_dir, cfg, out=None) -> dict[str, list[dict]]:
     run, and print the summary. Returns the tables."""
     from pathlib import Path
 
-    from bench.algorithms.config import predict_size_list
+    from bench.allreduce.config import predict_size_list
     from bench.report.terminal import AllreduceSummary
     from bench.results.store import RunWriter, load_run
 

@@ -13,7 +13,7 @@ from collections import deque
 
 import torch
 
-from bench.algorithms.base import Algorithm, Plan, bounds, combine, exchange, register, wait
+from bench.allreduce.base import Algorithm, Plan, bounds, combine, exchange, register, wait
 
 DEPTH = 4  # exchanges in flight (each reduce step owns one chunk-sized receive buffer)
 

@@ -7,7 +7,7 @@ Cost: a = 2(n-1), b = 2(n-1) (the root's sends and receives serialise on its lin
 
 import torch
 
-from bench.algorithms.base import Algorithm, Plan, combine, exchange, register, wait
+from bench.allreduce.base import Algorithm, Plan, combine, exchange, register, wait
 
 
 @register

@@ -73,8 +73,8 @@ def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, mo
     import json
     import os
 
-    from bench.algorithms.cli import launch_all
-    from bench.algorithms.config import AllreduceConfig
+    from bench.allreduce.cli import launch_all
+    from bench.allreduce.config import AllreduceConfig
 
     monkeypatch.delenv("NCCL_ALGO", raising=False)
     cfg = AllreduceConfig(world=(2,), sizes=("4K", "8K"), algorithms=("tree", "native"), warmup=1, iters=2,

@@ -44,9 +44,9 @@ def add_parser(sub):
 
 def validate(args):
     """(cfg, backend, worlds, launches) or BenchError; launches = [(world, env)]."""
-    from bench.algorithms.config import AllreduceConfig
+    from bench.allreduce.config import AllreduceConfig
     from bench.cli import overrides, resolve_worlds
-    from bench.dist.env import check_world, resolve_backend
+    from bench.distributed.env import check_world, resolve_backend
     from bench.suite import int_list, load_suite
 
     suite = args.suite or ("suites/allreduce.toml" if os.path.exists("suites/allreduce.toml") else None)
@@ -76,9 +76,9 @@ def validate(args):
 
 
 def cmd_allreduce(args) -> int:
-    from bench.algorithms.summary import write_model
+    from bench.allreduce.summary import write_model
     from bench.cli import run_kind
-    from bench.dist.launch import launched_externally
+    from bench.distributed.launch import launched_externally
 
     cfg, backend, worlds, launches = validate(args)
     meta = {"allreduce_launches": [{"world": w, "env": env} for w, env in launches]}
@@ -96,7 +96,7 @@ def cmd_allreduce(args) -> int:
 
 def launch_all(cfg, backend: str, launches, extra_meta: dict) -> int:
     """One run of fresh launches, one per (world, NCCL environment); NCCL variants run native only."""
-    from bench.algorithms.summary import write_model
+    from bench.allreduce.summary import write_model
     from bench.cli import run_kind
 
     jobs = [(w, env, dataclasses.replace(cfg, algorithms=("native",)) if env else cfg) for w, env in launches]

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from bench.algorithms import REGISTRY, Plan
+from bench.allreduce import REGISTRY, Plan
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 
 ODD_LARGE = 100_003  # prime: no even split over any world, several ring chunks

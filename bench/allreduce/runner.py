@@ -13,8 +13,8 @@ import re
 import numpy as np
 import torch
 
-from bench.algorithms import REGISTRY, Plan
-from bench.algorithms.config import AllreduceConfig, CaseSpec, expand, variant_label
+from bench.allreduce import REGISTRY, Plan
+from bench.allreduce.config import AllreduceConfig, CaseSpec, expand, variant_label
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.collectives.runner import Comm
 from bench.timing.loop import LoopSpec, measure
@@ -181,7 +181,7 @@ def run_all(job, info, init_s: float) -> dict:
         wrong = sum(int(r["wrong"]) for r in all_rows)
         _finish_launch(writer, key, rows=len(all_rows), wrong=wrong)
         if job.run_id is None:  # torchrun / srun: this is the only launch, so fit the model here
-            from bench.algorithms.summary import write_model
+            from bench.allreduce.summary import write_model
 
             write_model(writer.dir, cfg)
     wrong = comm.reduce_sum(wrong)

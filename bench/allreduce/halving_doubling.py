@@ -13,7 +13,7 @@ Cost: a = 2 log2 p' (+2 when n != p'), b = 2(p'-1)/p' (+2 when n != p').
 
 import torch
 
-from bench.algorithms.base import Algorithm, Plan, bounds, combine, exchange, register, wait
+from bench.allreduce.base import Algorithm, Plan, bounds, combine, exchange, register, wait
 
 
 def pof2_below(n: int) -> int:
