@@ -1,10 +1,15 @@
-"""Where a rank runs: launcher detection (elastic_launch / torchrun / Slurm), backend and
-device choice, and process-group set-up with a finite timeout.
+"""Where a rank runs: launcher detection (elastic_launch / torchrun / MPI / Slurm), ranks per
+node, backend and device choice, and process-group set-up with a finite timeout.
 
 Under torchrun (or our own elastic_launch) RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-GROUP_RANK, MASTER_ADDR and MASTER_PORT are set. Under Slurm (`srun python -m bench ...`) we map
-SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / SLURM_NODEID and the first host of
-SLURM_JOB_NODELIST onto the same variables, so everything downstream sees one convention.
+GROUP_RANK, MASTER_ADDR and MASTER_PORT are set. Under an MPI launcher (`mpirun`, `mpiexec`,
+`srun --mpi=pmi2`) we map OMPI_COMM_WORLD_* (Open MPI) or PMI_RANK / PMI_SIZE / MPI_LOCALRANKID /
+MPI_LOCALNRANKS (MPICH, Intel MPI) onto the same variables; under Slurm (`srun python -m bench
+...`) SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / SLURM_NODEID, the tasks per node and the first
+host of SLURM_JOB_NODELIST. Everything downstream sees one convention (`torch_env`).
+
+Precedence: torchrun's own variables, then MPI's (they are per process; a Slurm variable seen by
+an mpirun-started process may be the allocation's or the daemon's), then Slurm's.
 """
 
 import datetime
@@ -24,9 +29,37 @@ def under_torchrun(env=os.environ) -> bool:
     return "RANK" in env and "WORLD_SIZE" in env
 
 
+def _mpi_size(env) -> int:
+    for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        v = str(env.get(k, "")).strip()
+        if v.isdigit():
+            return int(v)
+    return 0
+
+
+def under_mpi(env=os.environ) -> bool:
+    """Started by an MPI launcher (Open MPI, MPICH/Hydra, Intel MPI, srun --mpi=pmi2) with more
+    than one process, and not (yet) mapped onto torchrun's variables."""
+    return "RANK" not in env and _mpi_size(env) > 1
+
+
 def under_slurm(env=os.environ) -> bool:
     """Inside an srun step with more than one task (a plain sbatch shell is not a rank)."""
-    return "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1 and "RANK" not in env
+    return ("SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1 and "RANK" not in env
+            and not under_mpi(env))
+
+
+def launcher(env=os.environ) -> str | None:
+    """'torchrun' | 'mpi' | 'slurm' for a process started by an external launcher, None for
+    self-launch (distbench starts its ranks itself with elastic_launch). A rank started by our
+    own elastic_launch reads 'torchrun' (same agent, same variables)."""
+    if under_torchrun(env):
+        return "torchrun"
+    if under_mpi(env):
+        return "mpi"
+    if under_slurm(env):
+        return "slurm"
+    return None
 
 
 def first_host(nodelist: str) -> str:
@@ -41,22 +74,158 @@ def first_host(nodelist: str) -> str:
     return prefix + first
 
 
+def expand_tasks_per_node(spec: str) -> list[int]:
+    """Slurm's compressed tasks-per-node list: '8(x2)' -> [8, 8]; '4,2' -> [4, 2];
+    '2(x3),1' -> [2, 2, 2, 1]."""
+    out = []
+    for part in str(spec).split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part)
+        if not m:
+            raise BenchError(f"cannot parse Slurm tasks per node '{spec}' (expected e.g. 8(x2) or 4,2)")
+        out += [int(m.group(1))] * int(m.group(2) or 1)
+    return out
+
+
+def slurm_tasks_on_node(env) -> int:
+    """Tasks of this step on this node: SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE
+    (indexed by SLURM_NODEID), SLURM_NTASKS_PER_NODE, else SLURM_NTASKS / nodes."""
+    node = int(env.get("SLURM_NODEID", "0") or 0)
+    for k in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"):
+        v = str(env.get(k, "")).strip()
+        if v:
+            counts = expand_tasks_per_node(v)
+            return counts[node] if node < len(counts) else counts[-1]
+    ntasks = int(env.get("SLURM_NTASKS", "1"))
+    nnodes = int(env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_JOB_NUM_NODES", env.get("SLURM_NNODES", "1"))))
+    return max(1, -(-ntasks // max(nnodes, 1)))
+
+
 def slurm_to_torch_env(env) -> dict:
     """The torchrun-style variables for this Slurm task."""
     ntasks = int(env["SLURM_NTASKS"])
-    nnodes = int(env.get("SLURM_JOB_NUM_NODES", env.get("SLURM_NNODES", "1")))
-    per_node = env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
-    local_world = int(per_node) if per_node.isdigit() else max(1, ntasks // max(nnodes, 1))
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "localhost"
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") \
+        or "localhost"
     return {
         "RANK": env["SLURM_PROCID"],
         "WORLD_SIZE": str(ntasks),
         "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
-        "LOCAL_WORLD_SIZE": str(local_world),
+        "LOCAL_WORLD_SIZE": str(slurm_tasks_on_node(env)),
         "GROUP_RANK": env.get("SLURM_NODEID", "0"),
         "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodelist),
         "MASTER_PORT": env.get("MASTER_PORT") or str(DEFAULT_MASTER_PORT),
     }
+
+
+def mpi_to_torch_env(env) -> dict:
+    """The torchrun-style variables for this MPI process.
+
+    rank / size: OMPI_COMM_WORLD_RANK / _SIZE (Open MPI) or PMI_RANK / PMI_SIZE (MPICH, Intel
+    MPI, srun --mpi=pmi2); local rank / size: OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE or
+    MPI_LOCALRANKID / MPI_LOCALNRANKS (else Slurm's SLURM_LOCALID and tasks per node). GROUP_RANK
+    (node index) is rank // local size: MPI's default block mapping (--map-by slot / core).
+    MASTER_ADDR: the variable, else the first host of a Slurm allocation's nodelist, else
+    127.0.0.1 when every rank is on this node; across nodes without either it is an error.
+    MASTER_PORT: the variable, else 29500.
+    """
+    if "OMPI_COMM_WORLD_SIZE" in env:
+        rank, size = env.get("OMPI_COMM_WORLD_RANK"), env["OMPI_COMM_WORLD_SIZE"]
+        local_rank, local_size = env.get("OMPI_COMM_WORLD_LOCAL_RANK"), env.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+    else:
+        rank, size = env.get("PMI_RANK"), env.get("PMI_SIZE")
+        local_rank, local_size = env.get("MPI_LOCALRANKID"), env.get("MPI_LOCALNRANKS")
+    if rank is None or size is None:
+        raise BenchError("MPI launch: cannot tell this process's rank (expected OMPI_COMM_WORLD_RANK or PMI_RANK)")
+    size_i = int(size)
+    if local_rank is None and "SLURM_LOCALID" in env:
+        local_rank = env["SLURM_LOCALID"]
+    if local_size is None and any(k in env for k in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
+                                                        "SLURM_NTASKS_PER_NODE")):
+        local_size = str(slurm_tasks_on_node(env))
+    if local_rank is None:
+        raise BenchError("MPI launch: cannot tell this process's local rank (which GPU it uses): "
+                         "set MPI_LOCALRANKID or LOCAL_RANK (Open MPI sets OMPI_COMM_WORLD_LOCAL_RANK)")
+    if local_size is None:
+        local_size = str(size_i)  # the most it can be; only the GPU check reads it
+    local_size_i = max(1, int(local_size))
+    addr = env.get("MASTER_ADDR")
+    if not addr:
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+        if nodelist:
+            addr = first_host(nodelist)
+        elif local_size_i >= size_i:
+            addr = "127.0.0.1"
+        else:
+            raise BenchError(f"MPI launch across nodes ({size_i} ranks, {local_size_i} on this node): set MASTER_ADDR "
+                             "to rank 0's host and MASTER_PORT to a free port on it, e.g. "
+                             "mpirun -x MASTER_ADDR=node0 -x MASTER_PORT=29500 ...")
+    return {
+        "RANK": str(int(rank)),
+        "WORLD_SIZE": str(size_i),
+        "LOCAL_RANK": str(int(local_rank)),
+        "LOCAL_WORLD_SIZE": str(local_size_i),
+        "GROUP_RANK": str(int(rank) // local_size_i),
+        "MASTER_ADDR": addr,
+        "MASTER_PORT": env.get("MASTER_PORT") or str(DEFAULT_MASTER_PORT),
+    }
+
+
+def torch_env(env=os.environ) -> dict | None:
+    """torchrun's variables for this process under any external launcher; None for self-launch."""
+    kind = launcher(env)
+    if kind == "torchrun":
+        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+        return {k: env[k] for k in keys if k in env}
+    if kind == "mpi":
+        return mpi_to_torch_env(env)
+    if kind == "slurm":
+        return slurm_to_torch_env(env)
+    return None
+
+
+def global_rank(env=os.environ) -> int:
+    """This process's rank under any launcher (0 for the self-launching parent)."""
+    for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        v = str(env.get(k, "")).strip()
+        if v.isdigit():
+            return int(v)
+    return 0
+
+
+def launcher_world(env=os.environ) -> int | None:
+    """The world size the external launcher decided, or None under self-launch."""
+    t = torch_env(env)
+    return int(t["WORLD_SIZE"]) if t else None
+
+
+def ranks_per_node(env=os.environ) -> int | None:
+    """Ranks on this node under an external launcher: LOCAL_WORLD_SIZE (torchrun), the MPI
+    local size, or Slurm's tasks on this node; None under self-launch."""
+    t = torch_env(env)
+    if not t:
+        return None
+    if "LOCAL_WORLD_SIZE" in t:
+        return int(t["LOCAL_WORLD_SIZE"])
+    return None
+
+
+def resolve_worlds(args_world, cfg_world, env=os.environ) -> tuple[int, ...]:
+    """The world sizes to run. Under torchrun / srun / mpirun: the launcher's world, only (a
+    suite's world list is for self-launch); a --nproc that differs from it is refused. Under
+    self-launch: --nproc (comma list) or else the config's worlds."""
+    from bench.suite import int_list
+
+    asked = int_list(args_world, "world size") if isinstance(args_world, (str, type(None))) \
+        else tuple(int(w) for w in (args_world if isinstance(args_world, (list, tuple)) else (args_world,)))
+    world = launcher_world(env)
+    if world is not None:
+        if asked and asked != (world,):
+            raise BenchError(f"--nproc {','.join(map(str, asked))} does not match the launcher's world size {world} "
+                             f"({launcher(env)}); under torchrun/srun/mpirun leave --nproc out")
+        return (world,)
+    if asked:
+        return asked
+    return tuple(cfg_world) if isinstance(cfg_world, (list, tuple)) else (int(cfg_world),)
 
 
 def resolve_backend(requested: str, env_has_cuda: bool | None = None) -> str:
@@ -73,17 +242,36 @@ def resolve_backend(requested: str, env_has_cuda: bool | None = None) -> str:
     return requested
 
 
-def check_world(world: int, backend: str, nnodes: int = 1):
+def check_world(world: int, backend: str, env=os.environ, nnodes=None, gpus: int | None = None):
+    """Can `world` ranks run here with `backend`? One GPU per rank with nccl.
+
+    Self-launch starts every rank on this node: world <= GPUs. Under torchrun / srun / mpirun
+    the GPUs per node are what matters: this node's ranks (LOCAL_WORLD_SIZE, the MPI local size
+    or Slurm's tasks per node) must fit, and this rank's LOCAL_RANK must name one of them.
+    `nnodes` is accepted for old callers and ignored (nothing sets NNODES).
+    """
     if world < 1:
         raise BenchError(f"world size {world} must be >= 1")
-    if backend == "nccl":
-        gpus = torch.cuda.device_count()
-        per_node = -(-world // max(nnodes, 1))
-        if per_node > gpus:
-            raise BenchError(
-                f"world size {world} needs {per_node} GPUs per node with nccl, and this node has {gpus}; "
-                f"allowed: 1..{gpus} per node"
-            )
+    if backend != "nccl":
+        return
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    t = torch_env(env)
+    if t is None:
+        if world > gpus:
+            raise BenchError(f"world size {world} with nccl needs {world} GPUs on this node (self-launch starts every "
+                             f"rank here), and this node has {gpus}; allowed: 1..{gpus}, or start ranks on several "
+                             "nodes with torchrun, srun or mpirun")
+        return
+    local_world = int(t.get("LOCAL_WORLD_SIZE", world))
+    local_rank = int(t.get("LOCAL_RANK", 0))
+    node = t.get("GROUP_RANK", "?")
+    if local_rank >= gpus:
+        raise BenchError(f"LOCAL_RANK {local_rank} (rank {t.get('RANK', '?')} of {world}, node {node}) needs GPU "
+                         f"cuda:{local_rank} with nccl, and this node has {gpus} GPU(s) (cuda:0..{gpus - 1}); "
+                         f"start at most {gpus} ranks per node (this node runs {local_world})")
+    if local_world > gpus:
+        raise BenchError(f"{local_world} ranks per node with nccl (LOCAL_WORLD_SIZE, world {world}), and this node "
+                         f"has {gpus} GPU(s); start at most {gpus} ranks per node")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,10 +293,18 @@ class RankInfo:
         return self.local_world * per_rank > self.cores
 
 
+def adopt_launcher_env(env=os.environ) -> str | None:
+    """Write torchrun's variables into `env` when MPI or Slurm started us (init_process_group's
+    env:// reads them); returns the launcher's name (None: self-launch)."""
+    kind = launcher(env)
+    if kind in ("mpi", "slurm"):
+        env.update(torch_env(env))
+    return kind
+
+
 def init_rank(backend: str, timeout_s: float) -> RankInfo:
     """Set device and threads from the environment, then init the default process group."""
-    if under_slurm():
-        os.environ.update(slurm_to_torch_env(os.environ))
+    adopt_launcher_env(os.environ)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))

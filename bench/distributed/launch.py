@@ -1,16 +1,17 @@
 """Start ranks with torch's elastic launcher (the same agent torchrun uses), or run in place
-when torchrun or Slurm already started us."""
+when torchrun, mpirun or Slurm already started us."""
 
 import os
 import uuid
 
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from bench.distributed.env import under_slurm, under_torchrun
+from bench.distributed.env import launcher
 
 
-def launched_externally() -> bool:
-    return under_torchrun() or under_slurm()
+def launched_externally(env=os.environ) -> bool:
+    """torchrun, an MPI launcher (mpirun / mpiexec / srun --mpi) or srun started this process."""
+    return launcher(env) is not None
 
 
 def launch(fn, args: tuple, nproc: int) -> dict:
