@@ -177,3 +177,42 @@ def gathered_values(c: Ctx) -> torch.Tensor:
 
 def empty(c: Ctx, n: int) -> torch.Tensor:
     return torch.zeros(n, dtype=c.dtype, device=c.device)
+
+
+# ---- the check ---------------------------------------------------------------------------------
+
+_MANTISSA_BITS = {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}
+
+
+def ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Unit in the last place of each |x| in `dtype` (float64 tensor): 2^(e - p) for x in
+    [2^(e-1), 2^e), p the dtype's significand bits; the smallest normal's ulp at 0."""
+    p = _MANTISSA_BITS[dtype]
+    x = x.to(torch.float64).abs()
+    tiny = torch.finfo(dtype).tiny
+    _, e = torch.frexp(torch.clamp(x, min=tiny))
+    return torch.ldexp(torch.ones_like(x), (e - p).to(torch.float64))
+
+
+def avg_ulp_bound(world: int) -> int:
+    """How many ulps (of the expected value, in the dtype) an `avg` may differ by on a floating
+    type: world + 2. NCCL computes avg of floats as a pre-multiplied sum, sum_i fl(x_i * fl(1/n)),
+    so at a world that is not a power of two 1/n is rounded (1 rounding), each product is rounded
+    (1), the n - 1 additions round in some order (n - 1), and the reference is rounded once (1):
+    with the non-negative inputs used here each rounding moves the result by at most u * |avg|
+    <= 1 ulp, so |got - want| <= (n + 2) ulp(want) (first order; Higham, Accuracy and Stability
+    of Numerical Algorithms, 2002, sec. 4.2). At power-of-two worlds the result is usually exact,
+    and the bound still holds."""
+    return world + 2
+
+
+def wrong_elements(got: torch.Tensor, want: torch.Tensor, op: str | None, dtype: torch.dtype, world: int) -> int:
+    """Elements of `got` that are wrong. Exact comparison, except `avg` on a floating dtype,
+    which is compared within avg_ulp_bound(world) ulps (see there); NaN is always wrong."""
+    g, w = got.reshape(-1), want.reshape(-1)
+    if op == "avg" and dtype.is_floating_point and dtype in _MANTISSA_BITS:
+        g64, w64 = g.to(torch.float64), w.to(torch.float64)
+        tol = avg_ulp_bound(world) * ulp(w64, dtype)
+        ok = (g64 - w64).abs() <= tol
+        return int((~ok).sum().item())
+    return int((g != w).sum().item())
