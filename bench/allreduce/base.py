@@ -48,6 +48,13 @@ class Algorithm:
         """(a, b) of t = a*alpha + b*S*beta at world n."""
         raise NotImplementedError
 
+    def messages(self, world: int, count: int, chunk_numel: int = 0) -> int:
+        """Message steps of one call at this world, element count and chunk: the alpha term's
+        real coefficient (a(n) of `cost` unless the algorithm splits its messages further)."""
+        if world <= 1 or count <= 0:
+            return 0
+        return int(self.cost(world)[0])
+
     def allreduce(self, x: torch.Tensor, p: Plan) -> None:
         """Reduce x (flat, contiguous) over all ranks, in place, result on every rank."""
         raise NotImplementedError

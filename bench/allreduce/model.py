@@ -45,17 +45,32 @@ class Fit:
         return float(np.max(np.abs(self.rel_residuals)))
 
 
-def predict(cost: Cost, world: int, size_bytes: float, alpha_s: float, beta_s_per_byte: float) -> float:
+def predict(cost: Cost, world: int, size_bytes: float, alpha_s: float, beta_s_per_byte: float,
+            messages: float | None = None) -> float:
+    """Model time; `messages` (the real message count of the call, e.g. a chunked ring's
+    2(n-1) * ceil(S / (n * chunk))) replaces the step coefficient a(n) when given."""
     a, b = cost(world)
+    if messages is not None:
+        a = messages
     return a * alpha_s + b * size_bytes * beta_s_per_byte
 
 
-def fit(cost: Cost, worlds: Sequence[int], sizes: Sequence[float], times_s: Sequence[float]) -> Fit | None:
+def fit(cost: Cost, worlds: Sequence[int], sizes: Sequence[float], times_s: Sequence[float],
+        messages: Sequence[float] | None = None) -> Fit | None:
     """Fit alpha and beta to measured (world, size, time) points. None when the points cannot
-    determine both (fewer than two usable points, or no step/byte term, e.g. world 1 only)."""
+    determine both (fewer than two usable points, or no step/byte term, e.g. world 1 only).
+
+    messages: per point, the messages the call really sent (Algorithm.messages; the `messages`
+    column of the results), used as the alpha coefficient instead of cost(n)'s a(n). Without it
+    a chunked ring's per-chunk latency would be charged to beta."""
     rows, t = [], []
-    for n, s, y in zip(worlds, sizes, times_s):
+    msgs = list(messages) if messages is not None else [None] * len(times_s)
+    if len(msgs) != len(times_s):
+        raise ValueError(f"messages has {len(msgs)} entries for {len(times_s)} points")
+    for n, s, y, m in zip(worlds, sizes, times_s, msgs):
         a, b = cost(n)
+        if m is not None and not (isinstance(m, float) and math.isnan(m)):
+            a = float(m)
         if y > 0 and (a > 0 or b > 0):
             rows.append((a, b * s))
             t.append(y)
