@@ -19,6 +19,21 @@ REASON_BITS = {
     0x400: "reliability",
 }
 IDLE_BIT = 0x1
+# The reasons that mean the GPU ran slower than it could (`throttled`): software power cap,
+# hardware slowdown (incl. its thermal and power-brake forms) and software thermal slowdown.
+# Not: idle, applications-clocks setting, sync boost, display clocks (settings or states, not limits).
+THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def throttled(mask: int) -> bool:
+    """Does a clock-event reason mask say the clocks were limited (see THROTTLE_BITS)?"""
+    return bool(int(mask) & THROTTLE_BITS)
+
+
+def reading_label(samples: int) -> str:
+    """How a per-case value was read: 'single end reading' (one sample: the case was shorter
+    than the interval) or 'peak of N samples'; say which next to a peak or max."""
+    return "single end reading" if samples <= 1 else f"peak of {samples} samples"
 
 # nvml.h field ids (nvmlDeviceGetFieldValues): cheap counter reads, unlike
 # nvmlDeviceGetPcieThroughput, which blocks ~20 ms per call to measure a rate.
@@ -27,6 +42,13 @@ FI_PCIE_COUNT_TX_BYTES = 197
 FI_PCIE_COUNT_RX_BYTES = 198
 FI_NVLINK_COUNT_XMIT_BYTES = 202
 FI_NVLINK_COUNT_RCV_BYTES = 204
+# Older drivers / GPUs (before the byte counters): per-link data throughput counters, in KiB.
+FI_NVLINK_THROUGHPUT_DATA_TX = 138
+FI_NVLINK_THROUGHPUT_DATA_RX = 139
+NVLINK_FIELDS = (  # (tx field, rx field, bytes per unit, name), newest first
+    (FI_NVLINK_COUNT_XMIT_BYTES, FI_NVLINK_COUNT_RCV_BYTES, 1, "NVLink byte counters"),
+    (FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX, 1024, "NVLink throughput counters (KiB)"),
+)
 _VALUE_FIELD = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 CLOCK_SM, CLOCK_MEM, TEMPERATURE_GPU = 1, 2, 0  # NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU
 
@@ -199,9 +221,20 @@ class GpuProbe:
         return n
 
     def _nvlink(self, links: int):
-        ids = [(f, link) for link in range(links) for f in (FI_NVLINK_COUNT_XMIT_BYTES, FI_NVLINK_COUNT_RCV_BYTES)]
-        v = self._fields(ids)
-        return sum(v[0::2]), sum(v[1::2])
+        """(tx, rx) bytes summed over links, from the newest counters that answer; the source
+        chosen at the first read is kept (`nvlink_source`), so counters never mix in a case."""
+        choices = NVLINK_FIELDS if getattr(self, "nvlink_source", None) is None else [self.nvlink_source]
+        first = None
+        for tx, rx, unit, name in choices:
+            ids = [(f, link) for link in range(links) for f in (tx, rx)]
+            try:
+                v = self._fields(ids)
+            except Exception as e:  # noqa: BLE001 - try the older fields
+                first = first or e
+                continue
+            self.nvlink_source = (tx, rx, unit, name)
+            return sum(v[0::2]) * unit, sum(v[1::2]) * unit
+        raise first
 
     def _proc_mem(self):
         procs = self.nv.nvmlDeviceGetComputeRunningProcesses(self.h)

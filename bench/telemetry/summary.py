@@ -13,7 +13,7 @@ each GPU's mean draw; utilization means are over all GPUs' samples.
 from collections import defaultdict
 
 from bench.results.schema import TELEMETRY_SUMMARY
-from bench.telemetry.nvml import IDLE_BIT, REASON_BITS
+from bench.telemetry.nvml import REASON_BITS, throttled
 
 COUNTERS = {"energy_j": "gpu_energy_j", "pcie_tx_bytes": "gpu_pcie_tx_bytes", "pcie_rx_bytes": "gpu_pcie_rx_bytes",
             "nvlink_tx_bytes": "gpu_nvlink_tx_bytes", "nvlink_rx_bytes": "gpu_nvlink_rx_bytes"}
@@ -88,7 +88,7 @@ def summarize(nodes: list[dict], t0: float, t1: float, interval_s: float) -> dic
         seen = 0
         for m in masks:
             seen |= m
-        s["throttled"] = bool(seen & ~IDLE_BIT)
+        s["throttled"] = throttled(seen)  # limits only: not idle, app clocks, sync boost, display
         s["throttle_reasons"] = ",".join(reason_names(seen))
     s["telemetry_missing"] = missing_text(nodes)
     return s
