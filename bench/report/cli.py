@@ -1,5 +1,179 @@
-"""`distbench report`, `distbench show`, `distbench runs`: read stored runs, never re-run."""
+"""`distbench report`, `distbench show`, `distbench runs`: read stored runs, never re-run.
+
+Bad input raises bench.errors.BenchError (one line, exit 2); this module must not import
+bench.cli (bench.cli imports it).
+"""
+
+import io
+import json
+import math
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.errors import BenchError, unknown
+
+FORMATS = ("table", "csv", "json", "markdown")
+DEFAULT_ROOT = "results"
 
 
 def add_parser(sub):
-    """Adds this module's subcommands (filled in by the reports work)."""
+    p = sub.add_parser("report", help="HTML + PNG report of stored runs (default: the latest run of each kind)")
+    p.add_argument("runs", nargs="*", metavar="RUN_DIR",
+                   help="run directories (results/<suite>/<run_id>); none: the latest run of each kind under --root")
+    p.add_argument("--baseline", action="append", default=[], metavar="DIR",
+                   help="baseline run directory, overlaid on the curves (repeatable)")
+    p.add_argument("-o", "--out", default=None, help="report directory (default reports/<kinds>-<newest run id>/)")
+    p.add_argument("--root", default=DEFAULT_ROOT, help="where to look for runs when none is given (default results/)")
+    p.add_argument("--title", default=None, help="page title")
+    p.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("show", help="re-print a stored run's tables and summary, or export a table")
+    s.add_argument("run", metavar="RUN_DIR")
+    s.add_argument("--format", default="table", help=f"{' | '.join(FORMATS)} (default table)")
+    s.add_argument("--table", default=None, help="which table: results (default), samples, model, ... (see the run dir)")
+    s.set_defaults(func=cmd_show)
+
+    r = sub.add_parser("runs", help="list stored runs: kind, start, state, cases done/planned, rows, command")
+    r.add_argument("--kind", default=None, help="only this kind: collectives | allreduce | pipeline | strategies")
+    r.add_argument("--root", default=DEFAULT_ROOT, help="results root (default results/)")
+    r.set_defaults(func=cmd_runs)
+
+
+# ----------------------------------------------------------------------------- report
+
+def _default_out(dirs: list[Path]) -> Path:
+    from bench.report import runs as runs_mod
+
+    kinds = list(dict.fromkeys(runs_mod.kind_of(runs_mod.read_meta(d)) for d in dirs))
+    newest = max((d.name for d in dirs), default=datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    return Path("reports") / f"{'+'.join(kinds)}-{newest}"
+
+
+def cmd_report(args) -> int:
+    from bench.report import runs as runs_mod
+
+    dirs = [runs_mod.resolve_run_dir(d) for d in args.runs]
+    base = [runs_mod.resolve_run_dir(d) for d in args.baseline]
+    if not dirs:
+        dirs = runs_mod.latest_per_kind(args.root)
+        if not dirs:
+            raise BenchError(f"no runs under '{args.root}' to report on; run a benchmark first (e.g. make bench) "
+                             "or give RUN_DIR arguments")
+        print(f"# reporting the latest run of each kind under {args.root}: " + ", ".join(map(str, dirs)))
+    from bench.report.html import build_report  # matplotlib is imported only when a report is made
+
+    index = build_report(dirs, args.out or _default_out(dirs), baseline_dirs=base, title=args.title)
+    print(f"report: {index}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- show
+
+def _py(v):
+    """A cell as a plain JSON value: numpy scalars to Python, NA / NaN to null (floats keep every
+    digit: json writes repr(), which round-trips exactly)."""
+    if v is None:
+        return None
+    if hasattr(v, "item"):
+        v = v.item()
+    try:
+        import pandas as pd
+
+        if v is pd.NA or v is pd.NaT:
+            return None
+    except ImportError:
+        pass
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def to_json(df) -> str:
+    cols = list(df.columns)
+    rows = [{c: _py(v) for c, v in zip(cols, rec)} for rec in df.itertuples(index=False, name=None)]
+    return json.dumps(rows, indent=1, default=str) + "\n"
+
+
+def to_markdown(df) -> str:
+    def cell(v):
+        v = _py(v)
+        return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + " --- |" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in rec) + " |" for rec in df.itertuples(index=False, name=None)]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(df) -> str:
+    buf = io.StringIO()
+    # repr-exact floats: '%.17g' reloads to the same float64
+    df.to_csv(buf, index=False, float_format="%.17g")
+    return buf.getvalue()
+
+
+def render_table(run, table: str | None) -> str:
+    """The terminal view: the harness's render_run (the live run's tables + summary) when it exists,
+    else the selected table as plain text."""
+    from bench.report import terminal
+
+    render_run = getattr(terminal, "render_run", None)
+    if table is None and callable(render_run):
+        return render_run(run)
+    name = table or "results"
+    df = run.tables[name].dropna(axis=1, how="all")  # the results table carries every kind's columns
+    import pandas as pd
+
+    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 250):
+        return df.to_string(index=False) + "\n"
+
+
+def cmd_show(args) -> int:
+    from bench.report import runs as runs_mod
+    from bench.results.store import load_run
+
+    fmt = str(args.format).lower()
+    if fmt not in FORMATS:
+        raise unknown("format", args.format, FORMATS)
+    path = runs_mod.resolve_run_dir(args.run)
+    run = load_run(path)
+    if not run.tables:
+        raise BenchError(f"run '{args.run}' has no tables yet (no parquet file and no finished case)")
+    if args.table is not None and args.table not in run.tables:
+        raise unknown("table", args.table, run.tables)
+    if fmt == "table":
+        text = render_table(run, args.table)
+    else:
+        name = args.table or ("results" if "results" in run.tables else sorted(run.tables)[0])
+        df = run.tables[name]
+        text = {"csv": to_csv, "json": to_json, "markdown": to_markdown}[fmt](df)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+# ----------------------------------------------------------------------------- runs
+
+def cmd_runs(args) -> int:
+    from bench.report import runs as runs_mod
+
+    kind = None
+    if args.kind is not None:
+        kind = runs_mod.normalize_kind(args.kind)
+        if kind not in runs_mod.KINDS:
+            raise unknown("kind", args.kind, runs_mod.KINDS)
+    if not Path(args.root).is_dir():
+        raise BenchError(f"results root '{args.root}' does not exist; give --root DIR (where benchmarks wrote --out)")
+    rows = [runs_mod.summarize(p) for p in runs_mod.find_runs(args.root)]
+    rows = [r for r in rows if kind is None or r["kind"] == kind]
+    if not rows:
+        print(f"# no runs{' of kind ' + kind if kind else ''} under {args.root}")
+        return 0
+    print(f"{'kind':<12} {'start (UTC)':<26} {'state':<12} {'cases':>9} {'rows':>7}  run dir / command")
+    for r in rows:
+        planned = r["cases_planned"] if r["cases_planned"] is not None else "?"
+        state = r["state"]
+        print(f"{r['kind']:<12} {r['start'] or '?':<26} {state:<12} {str(r['cases_done']) + '/' + str(planned):>9} "
+              f"{r['rows']:>7}  {r['dir']}")
+        print(f"{'':<12} {'':<26} {'':<12} {'':>9} {'':>7}  $ {r['command']}"
+              + (f"   [{r['why']}]" if r["why"] else ""))
+    return 0

@@ -1,0 +1,260 @@
+"""Pipeline and strategies: throughput and speedup vs chunks, bubble measured vs theory vs replay,
+a per-rank Gantt of one step, memory vs chunks and checkpoint mode, the micro-batch efficiency
+curve, and the strategy comparison (throughput and peak memory per strategy and model)."""
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from bench.report.plots.common import Section, chunk_axis, legend, new_figure, save, style
+from bench.report.plots.data import Entry, lacking, num, series_keys, series_label, table
+
+# "_fixed" is what a sweep holds constant: the mini-batch (mini-batch mode, micro-batch = batch / chunks)
+# or the micro-batch (micro-batch mode); the other one varies along the line, so it is no series key.
+_PP_SERIES = ("model", "schedule", "sweep_mode", "checkpoint", "stages", "world", "_fixed")
+
+
+def _with_fixed(pp: pd.DataFrame) -> pd.DataFrame:
+    mb_mode = pp.get("sweep_mode", pd.Series("", index=pp.index)).astype(str) == "micro-batch"
+    fixed = np.where(mb_mode, "micro-batch " + pp["micro_batch"].astype(str), "batch " + pp["batch"].astype(str))
+    return pp.assign(_fixed=fixed)
+ACTION_COLORS = {"fwd": "#1f77b4", "bwd": "#ff7f0e", "recompute": "#9467bd", "comm": "#2ca02c", "idle": "#d9d9d9"}
+MAX_GANTT_PER_RUN = 8  # one PNG per case; beyond this the page gets long, and the rest is named as left out
+
+
+def _step_from_raw(res: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """step_s per case from strategy_steps (median over timed steps of the slowest rank's step wall),
+    falling back to the stored step_median_s where a case has no steps."""
+    df = res.copy()
+    df["step_s"] = num(df, "step_median_s")
+    if steps.empty or "step_wall_s" not in steps:
+        return df, "Speedup from the stored step_median_s (no strategy_steps table)."
+    per_step = steps.groupby(["_label", "case_id", "step"])["step_wall_s"].max()
+    raw = per_step.groupby(["_label", "case_id"]).median().rename("_raw_step_s").reset_index()
+    df = df.merge(raw, on=["_label", "case_id"], how="left")
+    df["step_s"] = np.where(np.isfinite(num(df, "_raw_step_s")), num(df, "_raw_step_s"), df["step_s"])
+    return df, ("Speedup = (batch / step) / (batch / step at chunks=1) of the same model, sweep mode, checkpoint "
+                "and stages, with step = median over timed steps of the slowest rank's step wall, recomputed from "
+                "strategy_steps.")
+
+
+def _speedups(pp: pd.DataFrame) -> pd.DataFrame:
+    ref_keys = [k for k in ("_label", "model", "sweep_mode", "checkpoint", "stages", "world") if k in pp]
+    mb_mode = pp.get("sweep_mode", pd.Series("", index=pp.index)).astype(str) == "micro-batch"
+    pp = pp.assign(_thr=num(pp, "batch") / num(pp, "step_s"), _mb=np.where(mb_mode, pp.get("micro_batch"), -1))
+    ones = pp[num(pp, "chunks") == 1]
+    # chunks=1 runs under GPipe only (1F1B needs chunks >= stages): any schedule's chunks=1 is the reference
+    ref = ones.groupby(ref_keys + ["_mb"], dropna=False)["_thr"].max().rename("_thr1").reset_index()
+    out = pp.merge(ref, on=ref_keys + ["_mb"], how="left")
+    out["speedup"] = out["_thr"] / out["_thr1"]
+    return out
+
+
+def _lines_vs_chunks(sec, out_dir, pp, keys, y_of, name, title, ylabel, alt):
+    fig, axes = new_figure()
+    ax = axes[0][0]
+    groups = pp.groupby(keys, dropna=False, sort=True) if keys else [((), pp)]
+    for i, (key, g) in enumerate(groups):
+        g = g.sort_values("chunks")
+        st = style(i, baseline=bool(g["_baseline"].iloc[0]))
+        y, lo, hi = y_of(g)
+        ax.plot(num(g, "chunks"), y, label=series_label(keys, key), **st)
+        if lo is not None and np.isfinite(lo).any():
+            ax.fill_between(num(g, "chunks"), lo, hi, color=st["color"], alpha=0.18, linewidth=0)
+    chunk_axis(ax, pp["chunks"].dropna().unique())
+    ax.set_xlabel("chunks m (micro-batches per mini-batch, log2)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    legend(ax)
+    sec.images.append(save(fig, out_dir, name, title, alt))
+
+
+def _bubble(sec, out_dir, pp, keys, prefix):
+    keys = [k for k in keys if k != "schedule"]
+    for sched, s in pp.groupby("schedule", sort=True):
+        fig, axes = new_figure()
+        ax = axes[0][0]
+        groups = s.groupby(keys, dropna=False, sort=True) if keys else [((), s)]
+        for i, (key, g) in enumerate(groups):
+            g = g.sort_values("chunks")
+            base = bool(g["_baseline"].iloc[0])
+            st = style(i, baseline=base)
+            lab = series_label(keys, key)
+            lab = f"{lab}: " if lab != "all" else ""
+            x = num(g, "chunks")
+            ax.plot(x, num(g, "bubble_measured") * 100, label=f"{lab}measured idle/step", **st)
+            ax.plot(x, num(g, "bubble_gpipe_theory") * 100, color=st["color"], linestyle="--", linewidth=1, marker="_", markersize=9,
+                    label=f"{lab}GPipe (p-1)/(m+p-1)")
+            ax.plot(x, num(g, "bubble_megatron_theory") * 100, color=st["color"], linestyle=":", linewidth=1.2, marker="1", markersize=8,
+                    label=f"{lab}Megatron (p-1)/(v m)")
+            ax.plot(x, num(g, "replay_bubble") * 100, color=st["color"], linestyle="-.", marker="x", linewidth=1,
+                    label=f"{lab}calibrated replay")
+        chunk_axis(ax, s["chunks"].dropna().unique())
+        ax.set_xlabel("chunks m (micro-batches per mini-batch, log2)")
+        ax.set_ylabel("bubble (% of step wall)")
+        ax.set_title(f"pipeline bubble vs chunks, schedule {sched}: measured vs theory vs replay")
+        ax.grid(True, alpha=0.3)
+        legend(ax)
+        sec.images.append(save(
+            fig, out_dir, f"{prefix}_bubble_vs_chunks_{sched}", f"pipeline bubble vs chunks ({sched})",
+            f"Line plot of the {sched} pipeline bubble in percent of the step against chunks: measured idle "
+            "fraction (solid), GPipe theory (dashed), Megatron theory (dotted) and calibrated replay (dash-dot)."))
+
+
+def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
+    for lab, runspans in spans.groupby("_label", sort=True):
+        cases = list(dict.fromkeys(runspans["case_id"]))
+        if len(cases) > MAX_GANTT_PER_RUN:
+            sec.notes.append(f"{lab}: Gantt charts drawn for the first {MAX_GANTT_PER_RUN} of {len(cases)} cases; "
+                             f"left out: {', '.join(cases[MAX_GANTT_PER_RUN:])}")
+        for cid in cases[:MAX_GANTT_PER_RUN]:
+            c = runspans[runspans["case_id"] == cid]
+            ranks = sorted(int(r) for r in c["rank"].dropna().unique())
+            fig, axes = new_figure(9.0, 1.0 + 0.55 * max(2, len(ranks)))
+            ax = axes[0][0]
+            t0 = float(np.nanmin(num(c, "start_s")))
+            for action, a in c.groupby("action", sort=False):
+                bars = [(s - t0, e - s) for s, e in zip(num(a, "start_s"), num(a, "end_s")) if e >= s]
+                for r in ranks:
+                    mine = [b for b, rr in zip(bars, num(a, "rank")) if rr == r]
+                    ax.broken_barh([(s * 1e3, w * 1e3) for s, w in mine], (r - 0.4, 0.8),
+                                   facecolors=ACTION_COLORS.get(str(action), "#8c564b"), edgecolor="white",
+                                   linewidth=0.3)
+            handles = [plt.Rectangle((0, 0), 1, 1, color=ACTION_COLORS.get(k, "#8c564b")) for k in ACTION_COLORS
+                       if k in set(c["action"].astype(str))]
+            names = [k for k in ACTION_COLORS if k in set(c["action"].astype(str))]
+            others = sorted(set(c["action"].astype(str)) - set(ACTION_COLORS))
+            handles += [plt.Rectangle((0, 0), 1, 1, color="#8c564b") for _ in others]
+            ax.legend(handles, names + others, fontsize=7, ncol=len(handles), loc="upper center",
+                      bbox_to_anchor=(0.5, -0.35 if len(ranks) <= 2 else -0.18))
+            ax.set_yticks(ranks)
+            ax.set_yticklabels([f"rank {r}" for r in ranks])
+            ax.invert_yaxis()
+            ax.set_xlabel("time since step start (ms)")
+            ax.set_ylabel("rank")
+            ax.set_title(f"one timed step per rank: {cid}", fontsize=9)
+            ax.grid(True, axis="x", alpha=0.3)
+            sec.images.append(save(
+                fig, out_dir, f"{prefix}_gantt_{cid}", f"per-rank timeline: {cid}",
+                f"Gantt chart of one timed step of {cid} ({lab}): for each of {len(ranks)} ranks, bars of forward, "
+                "backward, recompute, communication and idle time in milliseconds since the step start."))
+
+
+def _strategy_bars(sec, out_dir, res, col, scale, ylabel, title, name, what):
+    """Grouped bars: one group per (model, strategy), one bar per run; pp shows its best-throughput case."""
+    res = res.assign(_y=num(res, col) * scale, _thr=num(res, "samples_per_s"))
+    best = res.sort_values("_thr", ascending=False).groupby(["_label", "model", "strategy"], sort=True).head(1)
+    groups = sorted({(m, s) for m, s in zip(best["model"], best["strategy"])})
+    runs = list(dict.fromkeys(best["_label"]))
+    if not groups or not np.isfinite(best["_y"]).any():
+        sec.missing.append(f"strategy comparison: no {col} values")
+        return
+    fig, axes = new_figure(max(8.0, 0.55 * len(groups) * max(1, len(runs) ** 0.5) + 2), 4.8)
+    ax = axes[0][0]
+    width = 0.8 / len(runs)
+    for i, lab in enumerate(runs):
+        b = best[best["_label"] == lab].set_index(["model", "strategy"])
+        ys = [float(b.loc[g, "_y"]) if g in b.index else np.nan for g in groups]
+        st = style(i, baseline=bool(best.loc[best["_label"] == lab, "_baseline"].iloc[0]))
+        ax.bar(np.arange(len(groups)) + (i - (len(runs) - 1) / 2) * width, ys, width, color=st["color"],
+               label=lab, hatch="//" if st["linestyle"] == "--" else None)
+    ax.set_xticks(np.arange(len(groups)))
+    ax.set_xticklabels([f"{m}\n{s}" for m, s in groups], fontsize=8, rotation=0 if len(groups) <= 12 else 45)
+    ax.set_xlabel("model / strategy (pp: its best-throughput case)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    if len(runs) > 1:
+        legend(ax, title="run")
+    sec.images.append(save(fig, out_dir, name, title,
+                           f"Bar chart of {what} per strategy and model, one bar per run "
+                           f"({len(groups)} strategy/model pairs, {len(runs)} run(s))."))
+
+
+def section(entries: list[Entry], out_dir: Path, kind: str) -> Section:
+    sec = Section(kind, "Pipeline" if kind == "pipeline" else "Strategies")
+    res = table(entries, "results")
+    if res.empty or "strategy" not in res:
+        sec.missing.append(f"No {kind} results table in: " + ", ".join(e.label for e in entries))
+        return sec
+    for t in ("strategy_steps", "strategy_ranks", "strategy_spans"):
+        for lab in lacking(entries, t):
+            sec.missing.append(f"{lab}: no {t} table"
+                               + (" (per-rank action spans of one step): no Gantt chart" if t == "strategy_spans" else ""))
+    multi = res["_label"].nunique() > 1
+    res, how = _step_from_raw(res, table(entries, "strategy_steps"))
+    pp = res[res["strategy"] == "pp"]
+    if not pp.empty:
+        pp = _with_fixed(pp)
+        keys = series_keys(pp, _PP_SERIES, multi)
+        _lines_vs_chunks(
+            sec, out_dir, pp, keys,
+            lambda g: (num(g, "samples_per_s"), num(g, "batch") / num(g, "step_p75_s"), num(g, "batch") / num(g, "step_p25_s")),
+            f"{kind}_throughput_vs_chunks", "pipeline throughput vs chunks (per schedule and sweep mode)",
+            "throughput (samples/s)",
+            "Line plot of pipeline training throughput in samples per second against chunks, one line per "
+            "schedule and sweep mode, with bands from the step p25-p75.")
+        sp = _speedups(pp)
+        if np.isfinite(sp["speedup"]).any():
+            _lines_vs_chunks(sec, out_dir, sp, keys, lambda g: (num(g, "speedup"), None, None),
+                             f"{kind}_speedup_vs_chunks1", "pipeline speedup vs chunks=1", "speedup (x, vs chunks=1)",
+                             "Line plot of pipeline throughput speedup relative to chunks=1 against chunks.")
+            sec.notes.append(how)
+        else:
+            sec.missing.append("speedup vs chunks=1: no chunks=1 case to compare with")
+        if "bubble_measured" in pp:
+            _bubble(sec, out_dir, pp, keys, kind)
+        mem_keys = [k for k in series_keys(pp, ("model", "checkpoint", "schedule", "sweep_mode", "stages"), multi)]
+        if "checkpoint" not in mem_keys:
+            mem_keys.append("checkpoint")
+        mk = str(pp["memory_kind"].dropna().iloc[0]) if "memory_kind" in pp and pp["memory_kind"].notna().any() else ""
+        what = "CUDA peak reserved per device" if mk == "cuda" else "host peak RSS per rank (CPU run)"
+        _lines_vs_chunks(sec, out_dir, pp, mem_keys, lambda g: (num(g, "peak_memory_bytes") / 2**20, None, None),
+                         f"{kind}_peak_memory_vs_chunks_by_checkpoint",
+                         f"peak memory vs chunks and checkpoint mode ({what})", "peak memory (MiB)",
+                         f"Line plot of {what} in MiB against chunks, one line per checkpoint mode.")
+    elif kind == "pipeline":
+        sec.missing.append("no pipeline (pp) rows in these runs")
+    spans = table(entries, "strategy_spans")
+    if not spans.empty:
+        _gantt(sec, out_dir, spans, kind)
+    eff = table(entries, "microbatch_efficiency")
+    if not eff.empty:
+        fig, axes = new_figure()
+        ax = axes[0][0]
+        for i, ((lab, model), g) in enumerate(eff.groupby(["_label", "model"], sort=True)):
+            g = g.sort_values("micro_batch")
+            ax.plot(num(g, "micro_batch"), num(g, "relative_throughput"), label=f"{lab}: {model}" if multi else model,
+                    **style(i, baseline=bool(g["_baseline"].iloc[0])))
+        chunk_axis(ax, eff["micro_batch"].dropna().unique())
+        ax.axhline(1.0, color="0.5", linewidth=0.8)
+        ax.set_xlabel("micro-batch size (samples, log2)")
+        ax.set_ylabel("throughput relative to the whole mini-batch (x)")
+        ax.set_title("micro-batch efficiency (one process, same mini-batch in m sequential chunks)")
+        ax.grid(True, alpha=0.3)
+        legend(ax)
+        sec.images.append(save(fig, out_dir, f"{kind}_microbatch_efficiency", "micro-batch efficiency",
+                               "Line plot of single-process throughput relative to the unsplit mini-batch against "
+                               "micro-batch size in samples."))
+    elif kind == "pipeline":
+        sec.missing.append("no microbatch_efficiency table (run without --no-efficiency to get the curve)")
+    if res["strategy"].nunique() > 1 or kind == "strategies":
+        _strategy_bars(sec, out_dir, res, "samples_per_s", 1.0, "throughput (samples/s)",
+                       "strategy comparison: throughput per strategy and model", f"{kind}_throughput_by_strategy",
+                       "training throughput in samples per second")
+        mk = str(res["memory_kind"].dropna().iloc[0]) if "memory_kind" in res and res["memory_kind"].notna().any() else ""
+        _strategy_bars(sec, out_dir, res, "peak_memory_bytes", 1 / 2**20,
+                       "peak memory (MiB, " + ("CUDA peak reserved per device)" if mk == "cuda" else "host peak RSS per rank)"),
+                       "strategy comparison: peak memory per strategy and model", f"{kind}_peak_memory_by_strategy",
+                       "peak memory in MiB")
+    cols = [c for c in ("_label", "case_id", "strategy", "model", "world", "chunks", "schedule", "checkpoint", "batch",
+                        "micro_batch", "step_median_s", "step_iqr_s", "samples_per_s", "bubble_measured",
+                        "bubble_gpipe_theory", "bubble_megatron_theory", "replay_bubble", "peak_memory_bytes",
+                        "wrong", "degraded") if c in res]
+    sec.tables.append(("Cases (step = median step wall; bubble fractions of the step)", res[cols].rename(
+        columns={"_label": "run"}).round(4).to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
+    plt.close("all")
+    return sec
