@@ -30,7 +30,7 @@ MICRO_BATCH ?=
 ARGS        ?=
 opt = $(if $(strip $(2)),$(1) $(2))
 
-.PHONY: help bench bench-collectives bench-allreduce bench-pipeline bench-strategies gpu-smoke test clean
+.PHONY: help bench report bench-collectives bench-allreduce bench-pipeline bench-strategies gpu-smoke test clean
 
 help:
 	@echo "make bench-collectives [SUITE=suites/x.toml WORLD=2 SIZES=4K,1M ARGS=...]"
@@ -44,7 +44,18 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/python -m pip install -q -e ".[dev]"
 	@touch $@
 
-bench: bench-collectives
+# The quick defaults of every kind, one after the other (never in parallel: they would time each
+# other), then one report of the four runs (the latest of each kind under results/); prints its path.
+bench: $(DEPS)
+	$(MAKE) --no-print-directory bench-collectives
+	$(MAKE) --no-print-directory bench-allreduce
+	$(MAKE) --no-print-directory bench-pipeline
+	$(MAKE) --no-print-directory bench-strategies
+	$(DISTBENCH) report --root results
+
+# HTML + PNG report: the latest run of each kind under results/, or ARGS="RUN_DIR... [--baseline DIR] [-o DIR]".
+report: $(DEPS)
+	$(DISTBENCH) report $(ARGS)
 
 bench-collectives: $(DEPS)
 	$(DISTBENCH) collectives --suite $(or $(SUITE),suites/collectives.toml) $(call opt,--nproc,$(WORLD)) $(call opt,--sizes,$(SIZES)) $(ARGS)
