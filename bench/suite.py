@@ -133,3 +133,14 @@ def int_list(text: str | None, what: str) -> tuple[int, ...] | None:
         return tuple(int(s) for s in items)
     except ValueError:
         raise BenchError(f"bad {what} '{text}': expected comma-separated integers, e.g. 2,4") from None
+
+
+def resolve_suite(name_or_path: str, kind: str):
+    """A suite path as given, or a shipped suite's name ('collectives' -> suites/collectives.toml)."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        return p
+    shipped = Path(__file__).resolve().parent.parent / "suites" / f"{name_or_path}.toml"
+    if shipped.exists():
+        return shipped
+    raise BenchError(f"suite '{name_or_path}' not found: not a file, and not a shipped suite name")

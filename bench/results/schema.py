@@ -5,13 +5,14 @@ Bump SCHEMA_VERSION when a column changes meaning or type; adding a nullable col
 bump. Readers check `schema_version` in meta.json.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `kind` is the kind's one name (collectives | allreduce | strategies | pipeline);
+# table strategy_spans added
 
 # Columns every results row has, whatever its kind, with pandas dtypes.
 COMMON = {
     "run_id": "string",
     "suite": "string",
-    "kind": "string",  # collective | algorithm | strategy
+    "kind": "string",  # collectives | allreduce | strategies | pipeline (meta.json's kind; v1: collective | algorithm | strategy)
     "case_id": "string",  # stable key: identical case specs give identical ids across runs
     "world": "int64",
     "nodes": "int64",
@@ -120,6 +121,9 @@ TELEMETRY = {
     "case_id": "string",
     "size_bytes": "int64",
     "placement": "string",
+    "algorithm": "string",  # allreduce kind: the case's algorithm label (e.g. ring, native[NCCL_ALGO=Tree])
+    "strategy": "string",  # strategies / pipeline kinds: the case's strategy
+    "model": "string",  # strategies / pipeline kinds: the case's model preset
     "host": "string",
     "node_rank": "int64",
     "device_uuid": "string",  # NVML uuid ('GPU-...'); null for host metrics
@@ -131,9 +135,9 @@ TELEMETRY = {
     "reason": "string",  # why the metric is missing; null when it has a value
 }
 
-# Allreduce algorithms (bench/allreduce, kind "algorithm"; docs/allreduce.md): extra results columns
+# Allreduce algorithms (bench/allreduce, kind "allreduce"; docs/allreduce.md): extra results columns
 # and the cost-model tables. Everything in `model`, `predictions` and `crossover` is model output.
-ALGORITHM = {
+ALLREDUCE = {
     "chunk_bytes": "int64",  # ring's pipelined chunk; 0 for the other algorithms
     "variant": "string",  # "NCCL_ALGO=Tree" etc. of a native launch; "" when none is set
     "nccl_env": "string",  # JSON of every NCCL_* / TORCH_NCCL_* variable of the launch
@@ -295,33 +299,52 @@ STRATEGY_STEPS = {
     "recompute_s": "float64", "idle_s": "float64", "exposed_comm_s": "float64", "overhead_s": "float64",
 }
 
+STRATEGY_SPANS = {  # one timed step (the median-wall one) per case: what each rank did when
+    "run_id": "string", "case_id": "string", "step": "int64", "rank": "int64",
+    "stage": "int64",  # pipeline stage of a compute action; -1 for comm / step
+    "micro_batch": "int64",  # -1 where not per micro-batch
+    "action": "string",  # fwd | bwd | recompute (inside a bwd) | comm (blocked in a p2p wait) | step (own span)
+    "start_s": "float64",  # seconds from the earliest step start over ranks (one host's clock)
+    "end_s": "float64",
+}
+
 MICROBATCH_EFFICIENCY = {
     "run_id": "string", "case_id": "string", "model": "string", "batch": "int64", "chunks": "int64",
-    "micro_batch": "int64", "step_median_s": "float64", "step_iqr_s": "float64", "samples_per_s": "float64",
+    "micro_batch": "int64", "step_median_s": "float64", "step_p5_s": "float64", "step_p25_s": "float64",
+    "step_p75_s": "float64", "step_p95_s": "float64", "step_min_s": "float64", "step_max_s": "float64",
+    "step_mean_s": "float64", "step_stdev_s": "float64", "step_cv": "float64", "step_iqr_s": "float64",
+    "noisy": "bool", "samples_per_s": "float64",
     "relative_throughput": "float64", "ideal_pipeline_step_s": "float64", "stages": "int64",
 }
 
 
 TABLES = {
-    "results": {**COMMON, **COLLECTIVE, **TELEMETRY_SUMMARY, **ALGORITHM, **STRATEGY},
+    "results": {**COMMON, **COLLECTIVE, **TELEMETRY_SUMMARY, **ALLREDUCE, **STRATEGY},
     "samples": SAMPLES, "ranks": RANKS, "telemetry": TELEMETRY,
     "model": MODEL, "residuals": RESIDUALS, "predictions": PREDICTIONS, "crossover": CROSSOVER,
-    "strategy_ranks": STRATEGY_RANKS, "strategy_steps": STRATEGY_STEPS, "microbatch_efficiency": MICROBATCH_EFFICIENCY,
+    "strategy_ranks": STRATEGY_RANKS, "strategy_steps": STRATEGY_STEPS,
+    "strategy_spans": STRATEGY_SPANS, "microbatch_efficiency": MICROBATCH_EFFICIENCY,
 }
 
 
 def conform(df, table: str):
-    """Add any missing known column as null and cast known columns to their dtype (one pass:
-    a results table has over a hundred columns and is conformed once per finished case)."""
+    """Add any missing column as null and cast every column to its dtype (one pass: a results
+    table has over a hundred columns). A column the schema does not know is refused: a
+    mistyped row key must not become a new column while the real one stays null."""
     import pandas as pd
 
-    cols = TABLES.get(table, {})
+    if table not in TABLES:
+        raise ValueError(f"table '{table}' is not in the schema; known: {', '.join(sorted(TABLES))}")
+    cols = TABLES[table]
+    unknown = [c for c in df.columns if c not in cols]
+    if unknown:
+        raise ValueError(f"table '{table}': column(s) {', '.join(map(repr, unknown))} not in the schema "
+                         "(bench/results/schema.py)")
     missing = {c: pd.array([pd.NA] * len(df), dtype=_nullable(d)) for c, d in cols.items() if c not in df.columns}
     if missing:
         df = pd.concat([df, pd.DataFrame(missing, index=df.index)], axis=1)
     df = df.astype({c: _nullable(d) for c, d in cols.items()})
-    ordered = list(cols) + [c for c in df.columns if c not in cols]
-    return df[ordered]
+    return df[list(cols)]
 
 
 def _nullable(dtype: str) -> str:

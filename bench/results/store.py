@@ -52,10 +52,10 @@ class RunWriter:
         self._parts = 0
 
     @classmethod
-    def at(cls, run_dir) -> "RunWriter":
-        """A writer for an existing run directory (to merge its parts or update its meta)."""
+    def at(cls, run_dir, part_prefix: str = "") -> "RunWriter":
+        """A writer for an existing run directory (to merge its parts, add tables, update its meta)."""
         w = cls.__new__(cls)
-        w.dir, w.prefix, w._parts = Path(run_dir), "", 0
+        w.dir, w.prefix, w._parts = Path(run_dir), part_prefix, 0
         return w
 
     def read_meta(self) -> dict:

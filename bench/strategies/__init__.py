@@ -1,16 +1,9 @@
-"""Parallel training strategies: one small module per strategy, registered by name.
+"""Parallel training strategies: one small module per strategy, each registering a `Strategy`
+(bench.strategies.base) in REGISTRY; importing this package registers all of them."""
 
-Each module has NAME, SINGLE_PROCESS and setup(ctx) -> Trainer (see bench.strategies.base).
-"""
+# isort: off  (registration order is display order)
+from bench.strategies import dp, ddp, layer, tp, pp, fsdp  # noqa: F401
+# isort: on
+from bench.strategies.base import REGISTRY, Strategy
 
-import importlib
-
-from bench.errors import unknown
-
-NAMES = ("dp", "ddp", "layer", "tp", "pp", "fsdp")
-
-
-def get(name: str):
-    if name not in NAMES:
-        raise unknown("strategy", name, NAMES)
-    return importlib.import_module(f"bench.strategies.{name}")
+__all__ = ["REGISTRY", "Strategy"]

@@ -1,8 +1,9 @@
 """What every strategy module shares: the compute clock, memory probes, the Ctx a strategy is
 built from, the Trainer interface and the single-process reference check.
 
-A strategy module has `NAME`, `SINGLE_PROCESS` (runs at world 1: dp, layer) and
-`setup(ctx) -> Trainer`. A Trainer owns its model, optimizer and data loader and offers
+A strategy module registers one `Strategy` (name, single_process: runs at world 1 like dp and
+layer, setup(ctx) -> Trainer, dims(world) -> ParallelDims, check(spec, case) -> a skip note or
+None, raising BenchError for an impossible case). A Trainer owns its model, optimizer and data loader and offers
   step(check=False)  one training step (fwd + bwd, then optimizer unless check); timed by the runner
   loss()             the last step's mean loss over the global mini-batch (collective, untimed)
   grads()            {reference parameter name: full gradient} (collective, untimed)
@@ -10,14 +11,16 @@ A strategy module has `NAME`, `SINGLE_PROCESS` (runs at world 1: dp, layer) and
 """
 
 import math
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
+from bench.registry import Registry
+from bench.strategies.dims import ParallelDims
 from bench.workloads.models import ModelSpec, build_model, loss_fn
 
 # Gradient check tolerance (float32): |got - ref| <= ATOL + RTOL * |ref|, elementwise.
@@ -166,7 +169,6 @@ class Trainer:
         self.loss_of = loss_fn(ctx.spec)
         self.opt = torch.optim.SGD(params, lr=ctx.lr) if params is not None else None
         self._last = None
-        self._loss = float("nan")
 
     def input_device(self):
         return self.ctx.device
@@ -240,9 +242,18 @@ def reference_check(trainer: Trainer, got_loss: float, got_grads: dict, batch=No
             "checked_tensors": len(list(ref.parameters())) + 1, "missing": missing}
 
 
-def ordered_names(module) -> list[str]:
-    return [n for n, _ in module.named_parameters()]
+def no_check(spec: ModelSpec, case) -> str | None:
+    return None
 
 
-def env_threads() -> int:
-    return int(os.environ.get("OMP_NUM_THREADS", "1"))
+@dataclass(frozen=True, kw_only=True)
+class Strategy:
+    name: str
+    doc: str  # first line: what `distbench list` shows
+    single_process: bool  # runs in one process at world 1 (dp, layer)
+    setup: Callable[[Ctx], "Trainer"]
+    dims: Callable[[int], ParallelDims] = lambda world: ParallelDims(world=world, dp=world)
+    check: Callable[[ModelSpec, object], str | None] = no_check  # skip note, None, or BenchError
+
+
+REGISTRY: Registry[Strategy] = Registry("strategy")

@@ -8,18 +8,11 @@ is DDP's gradient bucket size. The timed backward includes the all-reduces DDP o
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bench.errors import BenchError
-from bench.strategies.base import Ctx, Trainer, gather_cat, mean_loss_all_ranks
+from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer, gather_cat, mean_loss_all_ranks
 from bench.workloads import Batches, build_model, loss_fn
 
-NAME = "ddp"
-SINGLE_PROCESS = False
-
-
 def local_batch(ctx: Ctx) -> int:
-    if ctx.batch % ctx.world:
-        raise BenchError(f"batch {ctx.batch} is not divisible by world size {ctx.world} for {NAME}")
-    return ctx.batch // ctx.world
+    return STRATEGY.dims(ctx.world).local_batch(ctx.batch)
 
 
 class DataParallelTrainer(Trainer):
@@ -58,3 +51,10 @@ def setup(ctx: Ctx) -> Trainer:
     ddp = DDP(model, bucket_cap_mb=ctx.bucket_cap_mb, **kw)
     batches = Batches(ctx.spec, local_batch(ctx), ctx.steps, ctx.seed, replicas=ctx.world, rank=ctx.rank)
     return DDPTrainer(ctx, ddp, batches, ddp.parameters())
+
+
+def check(spec, case) -> None:
+    STRATEGY.dims(case.world).local_batch(case.batch)  # raises when batch does not split
+
+
+STRATEGY = REGISTRY.register(Strategy(name="ddp", doc=__doc__, single_process=False, setup=setup, check=check))

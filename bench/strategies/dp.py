@@ -8,11 +8,10 @@ so and the number is not a parallel one.
 import torch
 import torch.nn as nn
 
-from bench.strategies.base import Ctx, Trainer
+from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model
 
-NAME = "dp"
-SINGLE_PROCESS = True
 PASS_THROUGH = "no CUDA: DataParallel is a pass-through"
 
 
@@ -38,3 +37,7 @@ def setup(ctx: Ctx) -> Trainer:
     t.degraded = "" if gpus >= 2 else (PASS_THROUGH if gpus == 0 else
                                        "1 CUDA device: DataParallel is a pass-through")
     return t
+
+
+STRATEGY = REGISTRY.register(Strategy(name="dp", doc=__doc__, single_process=True, setup=setup,
+                                      dims=lambda world: ParallelDims(world=world)))

@@ -5,14 +5,10 @@ are all-gathered for its forward and backward and its gradients reduce-scattered
 as under DDP. The timed forward/backward include those collectives.
 """
 
-from bench.strategies.base import Ctx, Trainer
-from bench.strategies.ddp import DataParallelTrainer, local_batch
+from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.strategies.ddp import DataParallelTrainer, check, local_batch
 from bench.workloads import Batches, build_model
 from bench.workloads.models import blocks
-
-NAME = "fsdp"
-SINGLE_PROCESS = False
-
 
 def _fully_shard():
     try:
@@ -41,3 +37,6 @@ def setup(ctx: Ctx) -> Trainer:
     fully_shard(model, mesh=mesh)
     batches = Batches(ctx.spec, local_batch(ctx), ctx.steps, ctx.seed, replicas=ctx.world, rank=ctx.rank)
     return FSDPTrainer(ctx, model, batches, model.parameters())
+
+
+STRATEGY = REGISTRY.register(Strategy(name="fsdp", doc=__doc__, single_process=False, setup=setup, check=check))

@@ -7,12 +7,11 @@ import torch
 import torch.nn as nn
 
 from bench.errors import BenchError
-from bench.strategies.base import Ctx, Trainer
+from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
 
-NAME = "layer"
-SINGLE_PROCESS = True
 DEFAULT_GROUPS = 2
 
 
@@ -62,3 +61,7 @@ def setup(ctx: Ctx) -> Trainer:
     if gpus < n:
         t.degraded = f"no {n} CUDA devices: all {n} layer groups on cpu (no model parallelism)"
     return t
+
+
+STRATEGY = REGISTRY.register(Strategy(name="layer", doc=__doc__, single_process=True, setup=setup,
+                                      dims=lambda world: ParallelDims(world=world)))

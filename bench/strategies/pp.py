@@ -18,12 +18,11 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from bench.errors import BenchError
-from bench.strategies.base import Ctx, Trainer
+from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
 
-NAME = "pp"
-SINGLE_PROCESS = False
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 CHECKPOINTS = ("always", "except_last", "never")
 
@@ -98,6 +97,15 @@ def _patch_waits():
     if getattr(schedules, "_distbench_patched", False) or not hasattr(schedules, "_wait_batch_p2p"):
         return
     orig = schedules._wait_batch_p2p
+    orig_batch = getattr(schedules, "_batch_p2p", None)
+
+    class _Works(list):  # the works of one batch, tagged with the peers they talk to
+        peers: tuple = ()
+
+    def batch(p2p_ops, *a, **k):
+        works = _Works(orig_batch(p2p_ops, *a, **k) or [])
+        works.peers = tuple(sorted({int(op.peer) for op in p2p_ops}))
+        return works
 
     def timed(work):
         t0 = time.perf_counter()
@@ -105,9 +113,11 @@ def _patch_waits():
             return orig(work)
         finally:
             c = _WAIT_CLOCK[0]
-            if c is not None:
-                c.waits.append((t0, time.perf_counter()))
+            if c is not None:  # (start, end, peers): breakdown attributes the wait to those ranks
+                c.waits.append((t0, time.perf_counter(), getattr(work, "peers", None) or None))
 
+    if orig_batch is not None:
+        schedules._batch_p2p = batch
     schedules._wait_batch_p2p = timed
     schedules._distbench_patched = True
 
@@ -244,3 +254,17 @@ def setup(ctx: Ctx) -> Trainer:
     if ctx.world < 2 and ctx.schedule != "interleaved":
         raise BenchError(f"pp needs world >= 2 (one stage per rank), got {ctx.world}")
     return PPTrainer(ctx)
+
+
+def check(spec, case) -> str | None:
+    """A pipeline needs >= 2 ranks (a skip note at world 1); the rest is validate()'s."""
+    stages = STRATEGY.dims(case.world).pp
+    if stages < 2:
+        return f"pp skipped at world {case.world}: needs >= 2 stages"
+    validate(schedule=case.schedule, stages=stages, chunks=case.chunks, batch=case.batch, depth=spec.depth,
+             balance=case.balance, strict=True, preset=spec.preset)
+    return None
+
+
+STRATEGY = REGISTRY.register(Strategy(name="pp", doc=__doc__, single_process=False, setup=setup, check=check,
+                                      dims=lambda world: ParallelDims(world=world, pp=world)))

@@ -7,12 +7,11 @@ Rowwise; embedding, norms and head replicated. Every rank sees the whole mini-ba
 """
 
 from bench.errors import BenchError
-from bench.strategies.base import Ctx, Trainer
+from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model
 from bench.workloads.models import ModelSpec
 
-NAME = "tp"
-SINGLE_PROCESS = False
 
 
 def plan(spec: ModelSpec) -> dict:
@@ -61,3 +60,11 @@ def setup(ctx: Ctx) -> Trainer:
     parallelize_module(model, mesh, plan(ctx.spec))
     batches = Batches(ctx.spec, ctx.batch, ctx.steps, ctx.seed)  # same batch on every rank
     return TPTrainer(ctx, model, batches, model.parameters())
+
+
+def check(spec: ModelSpec, case) -> None:
+    validate(spec, STRATEGY.dims(case.world).tp)
+
+
+STRATEGY = REGISTRY.register(Strategy(name="tp", doc=__doc__, single_process=False, setup=setup, check=check,
+                                      dims=lambda world: ParallelDims(world=world, tp=world)))

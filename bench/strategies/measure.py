@@ -1,5 +1,6 @@
-"""Runs strategy and pipeline cases on every rank: build, check against the single-process
-reference, warm up, time steps, gather per-rank timelines, derive rows.
+"""Measures strategy and pipeline cases on every rank (shared by the `strategies` and `pipeline`
+kinds): build, check against the single-process reference, warm up, time steps, gather per-rank
+timelines, derive rows.
 
 Per timed step every rank passes a barrier, then runs one training step; its compute spans
 (fwd / bwd / recompute of the local module), its communication waits and its own step span are
@@ -12,13 +13,13 @@ import time
 import numpy as np
 import torch
 
-from bench.collectives.runner import Comm
+from bench.distributed.comm import Comm
 from bench.pipeline.breakdown import breakdown
 from bench.pipeline.replay import balanced, replay
 from bench.pipeline.theory import gpipe_bubble, megatron_bubble
-from bench.strategies import get
+from bench.strategies import REGISTRY
 from bench.strategies.base import TOLERANCE, Ctx, peak_bytes, read_peak, reference_check, reset_peak
-from bench.strategies.config import CaseSpec, expand_pipeline, expand_strategies
+from bench.strategies.config import CaseSpec
 from bench.strategies.pp import stages_per_rank
 from bench.timing.stats import summarize
 from bench.timing.timers import sync
@@ -61,7 +62,7 @@ def measure_case(case: CaseSpec, cfg, comm: Comm) -> dict:
     ctx = Ctx(spec=spec, rank=info.rank, world=info.world, device=info.device, batch=case.batch, seed=cfg.seed,
               steps=cfg.warmup + cfg.steps + 1, chunks=case.chunks, schedule=case.schedule or "gpipe",
               checkpoint=case.checkpoint, balance=case.balance, bucket_cap_mb=case.bucket_cap_mb or 25.0)
-    trainer = get(case.strategy).setup(ctx)
+    trainer = REGISTRY.get(case.strategy).setup(ctx)
     chk = None
     if cfg.check:
         trainer.step(check=True)
@@ -192,7 +193,27 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
                     "nocompute_frac": mean("nocompute_frac"), "bubble_gpipe_theory": gpipe_bubble(p, case.chunks, v),
                     "bubble_megatron_theory": megatron_bubble(p, case.chunks, v), **rc})
         row["comm_overhead_frac"] = row["nocompute_frac"] - row["replay_bubble"]
-    return {"results": [row], "strategy_ranks": ranks, "strategy_steps": steps_rows}
+    spans = [] if nodes > 1 else step_spans(key, facts, int(np.argsort(walls)[len(walls) // 2]))
+    return {"results": [row], "strategy_ranks": ranks, "strategy_steps": steps_rows, "strategy_spans": spans}
+
+
+def step_spans(key: dict, facts: list[dict], k: int) -> list[dict]:
+    """Every rank's actions in timed step k (the median-wall step), in seconds from the step's
+    earliest start over ranks: compute (fwd / bwd / recompute, with stage and micro-batch) and
+    communication waits (comm). One host's clock only (the caller skips multi-node launches)."""
+    t0 = min(f["recs"][k]["span"][0] for f in facts)
+    out = []
+    for r, f in enumerate(facts):
+        rec = f["recs"][k]
+        for kind, stage, mb, a, b in rec["spans"]:
+            out.append({**key, "step": k, "rank": r, "stage": int(stage), "micro_batch": int(mb), "action": kind,
+                        "start_s": a - t0, "end_s": b - t0})
+        for w in rec["waits"]:
+            out.append({**key, "step": k, "rank": r, "stage": -1, "micro_batch": -1, "action": "comm",
+                        "start_s": w[0] - t0, "end_s": w[1] - t0})
+        out.append({**key, "step": k, "rank": r, "stage": -1, "micro_batch": -1, "action": "step",
+                    "start_s": rec["span"][0] - t0, "end_s": rec["span"][1] - t0})
+    return out
 
 
 def efficiency_curve(cfg, device, run_id: str, stages: int) -> list[dict]:
@@ -230,56 +251,12 @@ def efficiency_curve(cfg, device, run_id: str, stages: int) -> list[dict]:
     return rows
 
 
-def run_all(job, info, init_s: float) -> dict:
-    from bench import telemetry
-    from bench.report.terminal import StrategiesTable
-    from bench.results.store import RunWriter
-    from bench.worker import open_launch, start_meta
-
-    cfg = job.config
-    launch = open_launch(job, info)
-    comm, first_s, run_id, facts = launch.comm, launch.first_s, launch.run_id, launch.facts
-    hosts, nodes, oversub = launch.hosts, launch.nodes, launch.oversubscribed
-    cases, notes = expand_pipeline(cfg) if job.kind == "pipeline" else expand_strategies(cfg)
-    cases = [c for c in cases if c.world == info.world]
-    if oversub:
-        notes.append(f"oversubscribed: {info.local_world} ranks x {info.threads} thread(s) on {info.cores} cores")
-    base_row = launch.base_row(info, cfg.name, "strategy")
-    writer, table = None, StrategiesTable()
-    if info.rank == 0:
-        writer = RunWriter(cfg.out, cfg.name, run_id, part_prefix=f"w{info.world}-")
-        start_meta(writer, job, info, facts, {"init_process_group_s": init_s, "first_collective_s": first_s,
-                                              "cases": len(cases), "notes": notes})
-        table.header(f"world={info.world} nodes={nodes} backend={info.backend} device={info.device.type} "
-                     f"threads/rank={info.threads}{' OVERSUBSCRIBED' if oversub else ''}")
-    tel = telemetry.start(job, info, writer)
-    rows, wrong = [], 0
-    for case in cases:
-        with tel.case(case.case_id, strategy=case.strategy, model=case.model) as tc:
-            res = measure_case(case, cfg, comm)
-        if info.rank == 0:
-            tables = build_tables(case, res, base_row, hosts, nodes)
-            tables["results"][0].update(tc.summary)
-            writer.write_case(tables)
-            table.row(tables["results"][0])
-            rows.append(tables["results"][0])
-    last_launch = info.world == max(cfg.worlds())
-    if job.kind == "pipeline" and cfg.efficiency and info.world == min(cfg.worlds()):
-        if info.rank == 0:
-            eff = efficiency_curve(cfg, info.device, run_id, info.world)
-            writer.write_case({"microbatch_efficiency": eff})
-            table.efficiency(eff)
-        comm.barrier()
-    tel.close()
-    if info.rank == 0:
-        wrong = sum(int(r["wrong"]) for r in rows)
-        writer.finish_launch(info.world, rows=len(rows), wrong=wrong)
-        if last_launch:
-            from bench.results.store import load_run
-
-            run = load_run(writer.dir)
-            every = run["results"].to_dict("records") if "results" in run.tables else rows
-            table.summary(every, notes)
-    wrong = comm.reduce_sum(wrong)
-    return {"run_id": run_id, "wrong": wrong, "dir": str(writer.dir) if writer else None}
-
+def measure(case: CaseSpec, launch) -> dict:
+    """Every rank: one strategy / pipeline case inside its telemetry window; tables on rank 0."""
+    with launch.tel.case(case.case_id, strategy=case.strategy, model=case.model) as tc:
+        res = measure_case(case, launch.job.config, launch.comm)
+    if launch.info.rank != 0:
+        return {}
+    tables = build_tables(case, res, launch.base_row(), launch.hosts, launch.nodes)
+    tables["results"][0].update(tc.summary)
+    return tables

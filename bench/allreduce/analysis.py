@@ -1,18 +1,27 @@
 """From measured rows to the cost-model tables: fits per algorithm (per world and joint),
 residuals, measured latency / peak busbw / n_half, the tree-ring crossover, and predictions for
-worlds beyond the machine. Pure over rows; `write_model` reads a run directory, writes the
-tables (`model`, `residuals`, `crossover`, `predictions`) and prints the summary.
+worlds beyond the machine. Pure over rows; `write_model` reads a run directory and writes the
+tables (`model`, `residuals`, `crossover`, `predictions`) as parts of it.
 
 Predictions come from the fit over the launches that were not oversubscribed (an oversubscribed
 launch measures ranks time-sharing cores, not communication); when every launch was
 oversubscribed, from all of them, and the rows say so.
 """
 
-from bench.allreduce import REGISTRY
-from bench.allreduce.model import fit, measured_crossover, model_crossover, n_half, predict
-from bench.allreduce.runner import bus_factor
+from pathlib import Path
 
-GB = 1e9
+from bench.allreduce import REGISTRY
+from bench.allreduce.config import predict_size_list
+from bench.allreduce.model import fit, measured_crossover, model_crossover, n_half, predict
+from bench.report.format import row_label
+from bench.results.store import RunWriter, load_run
+from bench.timing.stats import GB
+
+
+def bus_factor(n: int) -> float:
+    """nccl-tests' all_reduce factor 2(n-1)/n, for every algorithm: a normalisation, not a
+    count of the bytes an algorithm moves (doc/PERFORMANCE.md)."""
+    return 2 * (n - 1) / n
 
 
 def _worlds_key(worlds) -> str:
@@ -35,7 +44,7 @@ def analyse(rows: list[dict], predict_worlds, predict_sizes) -> dict[str, list[d
         keys = {"dtype": dtype, "op": op, "mode": mode}
         by_label: dict[str, list[dict]] = {}
         for r in brows:
-            by_label.setdefault(label_of(r), []).append(r)
+            by_label.setdefault(row_label(r), []).append(r)
         fits: dict[tuple[str, int], tuple] = {}  # (label, world) -> (alpha, beta)
         for label, lrows in by_label.items():
             _label_tables(label, lrows, keys, predict_worlds, predict_sizes, out, fits)
@@ -48,11 +57,6 @@ def analyse(rows: list[dict], predict_worlds, predict_sizes) -> dict[str, list[d
     for r in out["model"] + out["predictions"]:
         r.setdefault("suite", suite)
     return out
-
-
-def label_of(r: dict) -> str:
-    v = r.get("variant") or ""
-    return f"{r['algorithm']}[{v}]" if v else r["algorithm"]
 
 
 def _label_tables(label, lrows, keys, predict_worlds, predict_sizes, out, fits):
@@ -144,23 +148,14 @@ def _crossovers(by_label, keys, fits, out):
         out["crossover"].append(row)
 
 
-def write_model(run_dir, cfg, out=None) -> dict[str, list[dict]]:
-    """Fit the model on every measured row of the run, write the model tables as parts of the
-    run, and print the summary. Returns the tables."""
-    from pathlib import Path
-
-    from bench.allreduce.config import predict_size_list
-    from bench.report.terminal import AllreduceSummary
-    from bench.results.store import RunWriter, load_run
-
+def write_model(run_dir, cfg) -> dict[str, list[dict]]:
+    """Fit the model on every measured row of the run and write the model tables as parts of it."""
     run_dir = Path(run_dir)
     run = load_run(run_dir)
     if "results" not in run.tables or run["results"].empty:
         return {}
     df = run["results"]
-    rows = df[df["kind"] == "algorithm"].astype(object).where(df.notna(), None).to_dict("records")
+    rows = df.astype(object).where(df.notna(), None).to_dict("records")
     tables = analyse(rows, cfg.predict_worlds, predict_size_list(cfg))
-    writer = RunWriter(run_dir.parent.parent, run_dir.parent.name, run_dir.name, part_prefix="model-")
-    writer.write_case(tables)
-    AllreduceSummary(out).print(tables, rows)
+    RunWriter.at(run_dir, part_prefix="model-").write_case(tables)
     return tables

@@ -1,0 +1,178 @@
+"""The `allreduce` kind: allreduce algorithms built from point-to-point operations (ring, tree,
+star, halving-doubling) beside the backend's own, across message sizes, with a fitted cost model.
+
+One unit = every algorithm of one (dtype, op, mode) block at one size, so each size's line of the
+side-by-side table finishes together and every algorithm meets the machine in the same state.
+On nccl, one more native-only launch per NCCL_ALGO / NCCL_PROTO setting (NCCL caches some
+settings per process, so each needs fresh processes). After the last launch the α-β model is
+fitted over every launch of the run (bench.allreduce.analysis).
+"""
+
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+
+from bench.allreduce import REGISTRY, Plan as AlgPlan
+from bench.allreduce.analysis import bus_factor, write_model
+from bench.allreduce.config import AllreduceConfig, CaseSpec, expand, variant_label
+from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
+from bench.distributed.launch import launched_externally
+from bench.errors import BenchError
+from bench.harness.kind import KINDS, Kind, LaunchPlan, Plan
+from bench.harness.rows import timed_tables
+from bench.options import overrides
+from bench.report.summaries import allreduce_summary
+from bench.report.terminal import AllreduceLive
+from bench.results.metadata import nccl_env
+from bench.suite import int_list
+from bench.timing.loop import LoopSpec, measure as timed_loop
+from bench.timing.timers import sync
+from bench.units import parse_dtype
+
+
+@dataclass(frozen=True)
+class Unit:
+    cases: tuple[CaseSpec, ...]  # one (dtype, op, mode) block: every algorithm
+    size: int  # bytes
+
+
+def add_options(p):
+    p.add_argument("-a", "--algorithm", "--algorithms", dest="algorithms", default=None,
+                   help="comma list of ring, tree, star, halving_doubling, native, or 'all'")
+    p.add_argument("--chunk-bytes", dest="chunk_bytes", default=None, help="ring's pipelined chunk, e.g. 256K (> 0)")
+    p.add_argument("--nccl-algo", "--nccl-algos", dest="nccl_algos", default=None,
+                   help="nccl only: NCCL_ALGO values, one fresh native launch each (default Ring,Tree)")
+    p.add_argument("--nccl-proto", "--nccl-protos", dest="nccl_protos", default=None,
+                   help="nccl only: NCCL_PROTO values, one fresh native launch each (default LL,LL128,Simple)")
+    p.add_argument("--dtype", "--dtypes", dest="dtypes", default=None, help="comma list, e.g. float32")
+    p.add_argument("--op", "--ops", dest="ops", default=None, help="sum | max | min | product (comma list)")
+    p.add_argument("--mode", "--modes", dest="modes", default=None, help="latency,throughput")
+    p.add_argument("--sizes", default=None, help="explicit sizes, e.g. 4K,1M,64M (overrides the sweep)")
+    p.add_argument("-b", "--min-bytes", dest="min_bytes", default=None, help="sweep start, e.g. 4K")
+    p.add_argument("-e", "--max-bytes", dest="max_bytes", default=None, help="sweep end, e.g. 64M")
+    p.add_argument("-f", "--step-factor", dest="step_factor", type=float, default=None, help="sweep factor (> 1)")
+    p.add_argument("-w", "--warmup", type=int, default=None, help="warm-up ops per size (floor)")
+    p.add_argument("-n", "--iters", type=int, default=None, help="timed ops per size (floor)")
+    p.add_argument("--budget-s", type=float, default=None, help="timed seconds to aim for per size and algorithm")
+    p.add_argument("--check", type=int, default=None, help="correctness checks per size (0: none)")
+    p.add_argument("--predict-worlds", dest="predict_worlds", default=None,
+                   help="world sizes for model predictions, e.g. 2,8,64,1024")
+    p.add_argument("--predict-sizes", dest="predict_sizes", default=None, help="sizes for model predictions, e.g. 4K,1M")
+
+
+def options(args) -> dict:
+    ov = overrides(args, ("algorithms", "nccl_algos", "nccl_protos", "dtypes", "ops", "modes", "sizes", "min_bytes",
+                          "max_bytes", "step_factor", "warmup", "iters", "budget_s", "check", "predict_sizes",
+                          "chunk_bytes"))
+    ov["predict_worlds"] = int_list(args.predict_worlds, "prediction world size")
+    return ov
+
+
+def launch_key(world: int, variant: str) -> str:
+    """meta.json `launches` key: '4', or '4:NCCL_ALGO=Tree' for an NCCL variant launch."""
+    return f"{world}:{variant}" if variant else str(world)
+
+
+def plan(cfg: AllreduceConfig, backend: str, worlds) -> Plan:
+    """One launch per world, and on nccl one native-only launch per NCCL setting."""
+    if cfg.nccl_asked() and backend != "nccl":
+        raise BenchError(f"NCCL_ALGO / NCCL_PROTO settings (nccl_algos={list(cfg.nccl_algos)}, "
+                         f"nccl_protos={list(cfg.nccl_protos)}) apply to the nccl backend only, and this run uses "
+                         f"{backend}; drop them or use --backend nccl")
+    native = "native" in cfg.algorithm_names()
+    if cfg.nccl_asked() and not native:
+        raise BenchError("NCCL_ALGO / NCCL_PROTO settings change only the native all_reduce, and 'native' is not "
+                         "among the algorithms; add it (-a ...,native) or drop the NCCL settings")
+    cfg = dataclasses.replace(cfg, world=tuple(worlds))
+    variants = cfg.nccl_variants() if backend == "nccl" and native else []
+    meta = {"allreduce_launches": [{"world": w, "env": env} for w in worlds for env in [{}, *variants]]}
+    if launched_externally():
+        if variants:
+            meta["notes"] = ["under torchrun/srun the ranks are already started: no fresh launch per "
+                             "NCCL_ALGO/NCCL_PROTO setting; set them in the environment of the job instead"]
+        key = launch_key(worlds[0], variant_label(os.environ))
+        return Plan(launches=[LaunchPlan(world=worlds[0], config=cfg, key=key)], meta=meta)
+    launches = []
+    for w in worlds:
+        launches.append(LaunchPlan(world=w, config=cfg))
+        for env in variants:
+            v = variant_label(env)
+            launches.append(LaunchPlan(world=w, config=dataclasses.replace(cfg, algorithms=("native",)), env=env,
+                                       key=launch_key(w, v), part_prefix=f"w{w}-{re.sub(r'[^A-Za-z0-9]+', '_', v)}-"))
+    return Plan(launches=launches, meta=meta)
+
+
+def units(cfg: AllreduceConfig, world: int, meta: dict) -> tuple[list[Unit], list[str]]:
+    """Sizes are the outer loop within a block, algorithms the inner one (inside a unit)."""
+    blocks: dict[tuple, list[CaseSpec]] = {}
+    for c in expand(cfg, world, variant_label(os.environ)):  # the launch's own NCCL setting labels native
+        blocks.setdefault((c.dtype, c.op, c.mode), []).append(c)
+    return [Unit(cases=tuple(b), size=s) for b in blocks.values() for s in b[0].sizes], []
+
+
+def check(alg, plan: AlgPlan, inputs: torch.Tensor, want: torch.Tensor, times: int) -> int:
+    """Wrong elements on this rank over `times` runs on fresh copies of the inputs, outside any timer."""
+    wrong = 0
+    for _ in range(times):
+        x = inputs.clone()
+        alg.allreduce(x, plan)
+        sync(x.device)
+        wrong += int((x != want).sum().item())
+    return wrong
+
+
+def measure(unit: Unit, launch) -> dict:
+    """Every rank: every algorithm of one block at one size; rows on rank 0."""
+    info, comm, size = launch.info, launch.comm, unit.size
+    cfg: AllreduceConfig = launch.job.config
+    tables: dict[str, list] = {"results": [], "samples": [], "ranks": []}
+    c0 = unit.cases[0]
+    dtype = parse_dtype(c0.dtype)
+    esize = torch.empty((), dtype=dtype).element_size()
+    ctx = Ctx(rank=info.rank, world=info.world, count=size // esize, dtype=dtype, device=info.device, op=c0.op)
+    idx = arange(0, ctx.count, info.device)
+    inputs = reduce_values(info.rank, idx, ctx)  # one exact pattern per size, copied per algorithm
+    want = reduce_expected(idx, ctx) if cfg.check else None
+    del idx
+    loop = LoopSpec(mode=c0.mode, warmup=cfg.warmup, iters=cfg.iters, budget_s=cfg.budget_s)
+    env = json.dumps(nccl_env(), sort_keys=True)
+    for case in unit.cases:
+        alg = REGISTRY.get(case.algorithm)
+        plan_ = AlgPlan(rank=info.rank, world=info.world, op=case.op, chunk_numel=case.chunk_numel(esize))
+        x = inputs.clone()
+        with launch.tel.case(case.case_id, size_bytes=size, placement="in-place", algorithm=case.label) as tc:
+            res = timed_loop(lambda _async: alg.allreduce(x, plan_), spec=loop, device=info.device,
+                             barrier=comm.barrier, agree_max=comm.reduce_max)
+        del x
+        per_rank = comm.gather_samples(res.samples_s)
+        wrong = comm.reduce_sum(check(alg, plan_, inputs, want, cfg.check) if cfg.check else 0)
+        warm = comm.reduce_max(res.warmup_s)
+        if info.rank != 0:
+            continue
+        key = {"run_id": launch.run_id, "case_id": case.case_id, "size_bytes": size, "placement": "in-place"}
+        cols, ranks, samples = timed_tables(key, per_rank, size, bus_factor(info.world), launch.hosts,
+                                            launch.node_ranks)
+        a, b = alg.cost(info.world)
+        tables["results"].append({
+            **launch.base_row(), "nccl_env": env, **key, "collective": "all_reduce", "algorithm": case.algorithm,
+            "variant": case.variant, "chunk_bytes": case.chunk_bytes, "count": ctx.count, "dtype": case.dtype,
+            "op": case.op, "root": -1, "mode": case.mode, "warmup_iters": loop.warmup, "iters": res.ops,
+            "warmup_op_s": warm, **cols, "checks": cfg.check, "wrong": wrong, "model_steps": float(a),
+            "model_bytes_factor": float(b), **tc.summary,
+        })
+        tables["ranks"] += ranks
+        tables["samples"] += samples
+    return tables
+
+
+KIND = KINDS.register(Kind(
+    module=__name__, name="allreduce", help="allreduce algorithms (ring, tree, star, halving_doubling, native) across message sizes, "
+                           "with a fitted alpha-beta cost model", config=AllreduceConfig,
+    tables=("results", "samples", "ranks", "telemetry", "model", "residuals", "crossover", "predictions"),
+    add_options=add_options, options=options, units=units, measure=measure, summary=allreduce_summary,
+    live=AllreduceLive, plan=plan, finish=write_model,
+))

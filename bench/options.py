@@ -1,0 +1,68 @@
+"""Command-line vocabulary shared by every subcommand: the parser that turns argparse errors into
+one-line usage errors, the options every kind has, and option -> config-field overrides."""
+
+import argparse
+
+from bench.errors import BenchError
+from bench.suite import int_list, split_list
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints the whole usage otherwise)
+        raise BenchError(message)
+
+
+def add_common(p: argparse.ArgumentParser, default_suite: str):
+    """The options of bench.suite.RunConfig (every kind) plus --suite and --nproc."""
+    p.add_argument("--suite", default=None, help=f"TOML suite file or shipped suite name (default {default_suite})")
+    p.add_argument("--nproc", "--world", dest="world", default=None,
+                   help="ranks to launch here, comma list for several launches (suite field 'world')")
+    p.add_argument("--backend", default=None, help="auto | gloo | nccl (auto: nccl with CUDA, else gloo)")
+    p.add_argument("--out", default=None, help="results root (default results/)")
+    p.add_argument("--timeout-s", type=float, default=None, help="process-group timeout in seconds")
+    p.add_argument("--no-telemetry", dest="telemetry", action="store_const", const=False, default=None,
+                   help="do not sample NVML / host telemetry during cases (suite field 'telemetry')")
+    p.add_argument("--telemetry-interval-s", dest="telemetry_interval_s", type=float, default=None,
+                   help="seconds between telemetry samples (default 0.1)")
+
+
+COMMON = ("backend", "out", "timeout_s", "telemetry", "telemetry_interval_s")
+SCALARS = ("backend", "out", "min_bytes", "max_bytes", "chunk_bytes", "model")  # strings that are not lists
+
+
+def overrides(args, names) -> dict:
+    """{field: value} for the options given; comma strings become tuples except SCALARS."""
+    out = {}
+    for n in (*COMMON, *names):
+        v = getattr(args, n, None)
+        if v is None:
+            continue
+        out[n] = split_list(v) if isinstance(v, str) and n not in SCALARS else v
+    return out
+
+
+def ints(args, names, one: tuple = ()) -> dict:
+    """Integer-list options; those in `one` take exactly one value."""
+    out = {}
+    for n in names:
+        v = getattr(args, n, None)
+        if v is None:
+            continue
+        vals = int_list(v, n.replace("_", "-"))
+        if not vals:
+            raise BenchError(f"bad {n.replace('_', '-')} '{v}': expected comma-separated integers, e.g. 1,4")
+        if n in one:
+            if len(vals) != 1:
+                raise BenchError(f"{n.replace('_', '-')} takes one value, got {v}")
+            vals = vals[0]
+        out[n] = vals
+    return out
+
+
+def add_training_options(p: argparse.ArgumentParser):
+    """Options of the training kinds (strategies, pipeline)."""
+    p.add_argument("--batch", default=None, help="global mini-batch, samples")
+    p.add_argument("--steps", default=None, help="timed steps (>= 5)")
+    p.add_argument("--warmup", default=None, help="discarded warm-up steps")
+    p.add_argument("--check", default=None, help="1: compare the first step with the single-process reference")
+    p.add_argument("--seed", default=None)

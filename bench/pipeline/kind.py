@@ -1,0 +1,59 @@
+"""The `pipeline` kind: torch.distributed.pipelining (GPipe, 1F1B, interleaved) swept over
+micro-batch counts, with the bubble measured beside the GPipe and Megatron formulas and a
+calibrated replay; one unit per case, then (once) the one-process micro-batch efficiency curve."""
+
+import dataclasses
+
+from bench.harness.kind import KINDS, Kind
+from bench.options import add_training_options, ints, overrides
+from bench.pipeline.config import PipelineConfig, expand_pipeline
+from bench.report.summaries import strategies_summary
+from bench.report.terminal import StrategiesLive
+from bench.strategies.measure import efficiency_curve, measure
+
+
+def add_options(p):
+    add_training_options(p)
+    p.add_argument("--chunks", default=None, help="micro-batches per mini-batch, comma list, e.g. 1,4,8")
+    p.add_argument("--schedule", "--schedules", dest="schedules", default=None, help="gpipe,1f1b,interleaved")
+    p.add_argument("--stages", default=None, help="pipeline ranks, comma list")
+    p.add_argument("--checkpoint", default=None, help="always,except_last,never")
+    p.add_argument("--micro-batch", dest="micro_batch", default=None,
+                   help="fixed micro-batch size(s): mini-batch = micro-batch x chunks")
+    p.add_argument("--model", default=None, help="model preset, e.g. mlp-pipe, gpt-tiny")
+    p.add_argument("--balance", default=None, help="blocks per stage, e.g. 3,5")
+    p.add_argument("--no-efficiency", dest="efficiency", action="store_const", const=False, default=None,
+                   help="skip the one-process micro-batch efficiency curve")
+
+
+def options(args) -> dict:
+    one = ("batch", "steps", "warmup", "check", "seed")
+    ov = {**overrides(args, ("schedules", "checkpoint", "model", "efficiency")),
+          **ints(args, ("chunks", "stages", "micro_batch", "balance", *one), one=one)}
+    if args.schedules is not None:
+        ov["strict"] = True  # schedules asked for by name: 1f1b with chunks < stages is an error
+    return ov
+
+
+def units(cfg: PipelineConfig, world: int, meta: dict):
+    cases, notes = expand_pipeline(cfg)
+    return [c for c in cases if c.world == world], notes
+
+
+def efficiency(cfg: PipelineConfig, launch) -> dict | None:
+    """Rank 0, once (at the smallest world): the micro-batch efficiency curve; others wait."""
+    if not cfg.efficiency or launch.info.world != min(cfg.worlds()):
+        return None
+    rows = efficiency_curve(cfg, launch.info.device, launch.run_id, launch.info.world) if launch.info.rank == 0 else []
+    launch.comm.barrier()
+    return {"microbatch_efficiency": rows}
+
+
+KIND = KINDS.register(Kind(
+    module=__name__, name="pipeline", help="pipeline parallelism (torch.distributed.pipelining): chunks sweep, bubble",
+    config=PipelineConfig, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
+                                   "microbatch_efficiency", "telemetry"),
+    add_options=add_options, options=options, units=units, measure=measure, summary=strategies_summary,
+    live=StrategiesLive, worlds=lambda cfg: cfg.worlds(), after_units=efficiency,
+    at_world=lambda cfg, world: dataclasses.replace(cfg, stages=(world // cfg.tp,), world=()),
+))

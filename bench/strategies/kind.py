@@ -1,0 +1,42 @@
+"""The `strategies` kind: reference models trained under dp, ddp, layer, tp, pp and fsdp
+(bench.strategies.REGISTRY), one unit per (model, strategy, world) case."""
+
+import dataclasses
+
+from bench.harness.kind import KINDS, Kind
+from bench.options import add_training_options, ints, overrides
+from bench.report.summaries import strategies_summary
+from bench.report.terminal import StrategiesLive
+from bench.strategies.config import StrategiesConfig, expand_strategies
+from bench.strategies.measure import measure
+
+
+def add_options(p):
+    add_training_options(p)
+    p.add_argument("-s", "--strategy", "--strategies", dest="strategies", default=None, help="comma list")
+    p.add_argument("--model", "--models", dest="models", default=None, help="model presets, comma list")
+    p.add_argument("--chunks", default=None, help="pp micro-batches")
+    p.add_argument("--schedule", default=None, help="pp schedule")
+    p.add_argument("--bucket-cap-mb", dest="bucket_cap_mb", type=float, default=None, help="ddp bucket size, MB")
+
+
+def options(args) -> dict:
+    one = ("batch", "steps", "warmup", "check", "seed", "chunks")
+    ov = {**overrides(args, ("strategies", "models", "bucket_cap_mb")), **ints(args, one, one=one)}
+    if args.schedule is not None:
+        ov["schedule"] = args.schedule
+    return ov
+
+
+def units(cfg: StrategiesConfig, world: int, meta: dict):
+    cases, notes = expand_strategies(cfg)
+    return [c for c in cases if c.world == world], notes
+
+
+KIND = KINDS.register(Kind(
+    module=__name__, name="strategies", help="train reference models under dp, ddp, layer, tp, pp, fsdp", config=StrategiesConfig,
+    tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans", "telemetry"),
+    add_options=add_options, options=options, units=units, measure=measure, summary=strategies_summary,
+    live=StrategiesLive, worlds=lambda cfg: cfg.worlds(),
+    at_world=lambda cfg, world: dataclasses.replace(cfg, world=(world,)),
+))
