@@ -135,12 +135,55 @@ def int_list(text: str | None, what: str) -> tuple[int, ...] | None:
         raise BenchError(f"bad {what} '{text}': expected comma-separated integers, e.g. 2,4") from None
 
 
-def resolve_suite(name_or_path: str, kind: str):
-    """A suite path as given, or a shipped suite's name ('collectives' -> suites/collectives.toml)."""
-    p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
+# ---- suite resolution: a name (a shipped suite) or a path ---------------------------------------
+
+# The suites ship inside the package (bench/suites, a link to the checkout's top-level suites/,
+# copied into wheels as package data); a checkout without the link still finds suites/ beside bench/.
+_ROOT = Path(__file__).resolve().parents[1]
+SUITE_DIRS = (Path(__file__).resolve().parent / "suites",
+              *((_ROOT / "suites",) if (_ROOT / "pyproject.toml").is_file() else ()))
+
+
+def shipped_suites(kind: str | None = None) -> dict[str, Path]:
+    """{name: file} of the shipped suites (of `kind`, when given), first directory wins."""
+    out: dict[str, Path] = {}
+    for d in SUITE_DIRS:
+        if not d.is_dir():
+            continue
+        for f in sorted(d.glob("*.toml")):
+            if f.stem in out:
+                continue
+            if kind is not None:
+                try:
+                    file_kind = tomllib.loads(f.read_text()).get("kind", kind)
+                except (OSError, tomllib.TOMLDecodeError):
+                    continue
+                if file_kind != kind:
+                    continue
+            out[f.stem] = f
+    return out
+
+
+def resolve_suite(name_or_path, kind: str) -> Path:
+    """--suite's value -> a file. An existing path is itself (relative to the working directory);
+    otherwise a bare name ('collectives', 'collectives-full', with or without .toml) is a shipped
+    suite; None is the kind's default suite (the one named like the kind). A name that is not
+    shipped, or a path that does not exist, is bad input listing the shipped names."""
+    text = kind if name_or_path is None else str(name_or_path)
+    p = Path(text).expanduser()
+    if p.exists():
         return p
-    shipped = Path(__file__).resolve().parent.parent / "suites" / f"{name_or_path}.toml"
-    if shipped.exists():
-        return shipped
-    raise BenchError(f"suite '{name_or_path}' not found: not a file, and not a shipped suite name")
+    name = p.name[:-5] if p.name.endswith(".toml") else p.name
+    looks_like_path = len(p.parts) > 1 or text.startswith((".", "~"))
+    mine = shipped_suites(kind)
+    if not looks_like_path and name in mine:
+        return mine[name]
+    names = sorted(mine)
+    listed = ", ".join(names) if names else "none found"
+    if looks_like_path:
+        raise BenchError(f"suite file '{text}' not found; shipped {kind} suites (by name): {listed}")
+    other = shipped_suites(None)
+    if name in other:
+        raise BenchError(f"suite '{name}' is not a {kind} suite; shipped {kind} suites: {listed}")
+    raise BenchError(f"unknown suite '{name}'{did_you_mean(name, names)}; shipped {kind} suites: {listed} "
+                     f"(or give a path to a .toml file)")
