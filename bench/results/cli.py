@@ -1,5 +1,243 @@
-"""`distbench compare`, `distbench baseline`, `distbench gate`, `distbench export`: read stored runs."""
+"""`distbench compare`, `distbench baseline`, `distbench gate`, `distbench export`: read stored runs.
+
+Exit codes: 0 pass, 1 confirmed regression or wrong results (gate), 2 usage error (BenchError),
+3 no comparable baseline (gate). docs/gate.md describes the rule.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+from bench.errors import BenchError
+
+FORMATS = ("table", "markdown", "json")
 
 
 def add_parser(sub):
-    """Adds this module's subcommands (filled in by the regression-gate work)."""
+    """Adds compare, baseline (record / update), gate and export."""
+    p = sub.add_parser("compare", help="compare two runs (or a baseline and a run) case by case")
+    p.add_argument("a", metavar="A", help="baseline side: a run directory or a baseline directory")
+    p.add_argument("b", metavar="B", help="current side: a run directory (or a baseline directory)")
+    p.add_argument("--format", default="table", help="table | markdown | json")
+    p.add_argument("--rules", default=None, help="gate rules TOML (tolerances per suite and case)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("baseline", help="record or update a stored baseline (results/baselines/<fingerprint>/)")
+    bsub = p.add_subparsers(dest="baseline_command", required=True, parser_class=type(p))
+    r = bsub.add_parser("record", help="run a suite N times in fresh launches and store it as the baseline")
+    r.add_argument("--suite", required=True, help="suite TOML file, e.g. suites/smoke.toml")
+    r.add_argument("--repeats", type=int, default=None, help="fresh launches (default 8; >= 3 to estimate noise)")
+    r.add_argument("--root", default=None, help="baselines root (default results/baselines)")
+    r.add_argument("--out", default="results", help="where the repeat runs are written (default results/)")
+    r.set_defaults(func=cmd_baseline_record)
+    u = bsub.add_parser("update", help="make existing runs (one repeat each) the new baseline generation")
+    u.add_argument("--from", dest="runs", nargs="+", required=True, metavar="RUN", help="run directories")
+    u.add_argument("--root", default=None, help="baselines root (default results/baselines)")
+    u.add_argument("--baseline", default=None, help="the baseline directory (default <root>/<fingerprint>)")
+    u.add_argument("--suite", default=None, help="suite file the runs came from (kept in meta.json)")
+    u.set_defaults(func=cmd_baseline_update)
+
+    g = sub.add_parser("gate", help="regression gate: exit 0 pass, 1 confirmed regression, 3 no comparable baseline")
+    g.add_argument("--baseline", default=None,
+                   help="a baseline directory, or a root of them chosen by fingerprint (default results/baselines)")
+    g.add_argument("--current", default=None, help="the run directory to judge")
+    g.add_argument("--suite", default=None, help="instead of --current: run this suite now, then judge it")
+    g.add_argument("--warn-only", action="store_true", help="report regressions but exit 0")
+    g.add_argument("--no-confirm", action="store_true", help="no confirmation re-run (flagged regressions stand)")
+    g.add_argument("--rules", default=None, help="gate rules TOML (default <suite>.gate.toml beside the suite)")
+    g.add_argument("--format", default="table", help="table | markdown | json (printed)")
+    g.add_argument("--markdown", default=None, metavar="FILE",
+                   help="also write the markdown summary here ($GITHUB_STEP_SUMMARY is appended to when set)")
+    g.add_argument("--out", default="results", help="where --suite and confirmation runs are written")
+    g.set_defaults(func=cmd_gate)
+
+    e = sub.add_parser("export", help="export a run in another tool's format")
+    e.add_argument("run", metavar="RUN", help="run directory")
+    e.add_argument("--format", default="pytest-benchmark", help="pytest-benchmark (saved-run JSON)")
+    e.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
+    e.set_defaults(func=cmd_export)
+
+
+def _format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        from bench.errors import unknown
+
+        raise unknown("format", fmt, FORMATS)
+    return fmt
+
+
+def _dir(path, what: str) -> Path:
+    p = Path(path)
+    if not (p / "meta.json").exists():
+        raise BenchError(f"{what} '{path}' is not a run or baseline directory (no meta.json)")
+    return p
+
+
+def _rows(path):
+    """(results rows, meta, label) of a run or baseline directory."""
+    from bench.results import baseline as bl
+    from bench.results.store import load_run
+
+    if bl.is_baseline(path):
+        try:
+            b = bl.load(path)
+        except bl.NotComparable as e:
+            raise BenchError(str(e)) from None
+        return b.results, b.meta, f"baseline {Path(path).name} ({len(b.meta.get('repeats', []))} repeats)"
+    run = load_run(path)
+    if "results" not in run.tables or run["results"].empty:
+        raise BenchError(f"run '{path}' has no results rows")
+    return run["results"], run.meta, f"run {Path(path).name}"
+
+
+def cmd_compare(args) -> int:
+    from bench.results import fingerprint as fp
+    from bench.results.compare import Rules, compare_rows, normalize_kind, render
+
+    fmt = _format(args.format)
+    a_rows, a_meta, a_label = _rows(_dir(args.a, "A"))
+    b_rows, b_meta, b_label = _rows(_dir(args.b, "B"))
+    kind = normalize_kind(a_meta.get("kind") or a_rows["kind"].dropna().iloc[0])
+    other = normalize_kind(b_meta.get("kind") or b_rows["kind"].dropna().iloc[0])
+    if kind != other:
+        raise BenchError(f"cannot compare a {kind} result with a {other} result")
+    rules = Rules.load(args.rules) if args.rules else Rules()
+    cmp = compare_rows(a_rows, b_rows, kind, rules)
+    title = f"{kind}: {b_label} vs {a_label}"
+    fa = fp.Fingerprint.from_dict(a_meta["fingerprint"]) if "fingerprint" in a_meta else fp.of_run(a_meta)
+    fb = fp.Fingerprint.from_dict(b_meta["fingerprint"]) if "fingerprint" in b_meta else fp.of_run(b_meta)
+    diff = fp.differences(fa, fb)
+    if diff and fmt != "json":
+        title += f"\nnote: different machine classes ({'; '.join(diff)})"
+    if cmp.repeats < 2 and fmt != "json":
+        title += "\nnote: A is a single launch: no noise band, so every case is `unstable` (use a baseline)"
+    sys.stdout.write(render(cmp, fmt, title))
+    return 0
+
+
+def cmd_baseline_record(args) -> int:
+    from bench.results import baseline as bl
+    from bench.results.compare import Rules
+
+    repeats = bl.DEFAULT_REPEATS if args.repeats is None else args.repeats
+    if repeats < 1:
+        raise BenchError(f"--repeats {repeats} must be >= 1 (>= 3 to estimate the between-launch noise)")
+    if not Path(args.suite).exists():
+        raise BenchError(f"suite file '{args.suite}' not found")
+    side = Path(args.suite).with_name(Path(args.suite).stem + ".gate.toml")
+    rules = Rules.load(side) if side.exists() else Rules()
+    dest = bl.record(args.suite, repeats, root=args.root or bl.DEFAULT_ROOT, out=args.out, rules=rules)
+    if repeats < 3:
+        print(f"distbench: note: {repeats} repeat(s) cannot estimate between-launch noise; every case will be unstable",
+              file=sys.stderr)
+    print(f"# baseline: {dest}")
+    return 0
+
+
+def cmd_baseline_update(args) -> int:
+    from bench.results import baseline as bl
+
+    for r in args.runs:
+        _dir(r, "run")
+        if bl.is_baseline(r):
+            raise BenchError(f"'{r}' is a baseline, not a run")
+    dest = bl.write(args.root or bl.DEFAULT_ROOT, args.runs, "update", suite_path=args.suite,
+                    dest=Path(args.baseline) if args.baseline else None)
+    print(f"# baseline: {dest} (generation {__import__('json').loads((dest / 'meta.json').read_text())['generation']})")
+    return 0
+
+
+def cmd_gate(args) -> int:
+    from bench.results import baseline as bl
+    from bench.results import fingerprint as fp
+    from bench.results import gate as gt
+    from bench.results.compare import Rules
+
+    fmt = _format(args.format)
+    if bool(args.current) == bool(args.suite):
+        raise BenchError("give exactly one of --current RUN and --suite FILE")
+    root = Path(args.baseline or bl.DEFAULT_ROOT)
+    rules = Rules.load(args.rules) if args.rules else None
+    if args.suite:
+        if not Path(args.suite).exists():
+            raise BenchError(f"suite file '{args.suite}' not found")
+        kind = bl.suite_kind(args.suite)
+        if not bl.is_baseline(root):  # a root: is there a baseline for this machine before spending a run?
+            worlds = _suite_worlds(args.suite)
+            if worlds:
+                try:
+                    bl.find(root, fp.of_this_machine(worlds, _suite_backend(args.suite)))
+                except bl.NotComparable as e:
+                    return _report(gt.Verdict(exit_code=3, status="not-comparable", reason=str(e)), fmt, args)
+        print(f"# gate: running {args.suite}", file=sys.stderr, flush=True)
+        current = bl.run_suite(kind, args.suite, args.out)
+    else:
+        current = _dir(args.current, "--current")
+    from bench.results.store import load_run
+
+    run = load_run(current)
+    rerun = None
+    if not args.no_confirm and "results" in run.tables:
+        kind = run.meta.get("kind") or ""
+        try:
+            rerun = gt.default_rerun(run["results"], kind)
+        except BenchError:
+            rerun = None
+    verdict = gt.gate(root, current, rules=rules, rerun=rerun, warn_only=args.warn_only)
+    return _report(verdict, fmt, args)
+
+
+def _report(verdict, fmt: str, args) -> int:
+    import json
+
+    if fmt == "json":
+        sys.stdout.write(json.dumps(verdict.to_json(), indent=2, default=str) + "\n")
+    elif fmt == "markdown":
+        sys.stdout.write(verdict.to_markdown())
+    else:
+        sys.stdout.write(verdict.to_text())
+    md = None
+    for path in (args.markdown, os.environ.get("GITHUB_STEP_SUMMARY")):
+        if path:
+            md = md or verdict.to_markdown()
+            with open(path, "a" if path == os.environ.get("GITHUB_STEP_SUMMARY") else "w") as f:
+                f.write(md)
+    return verdict.exit_code
+
+
+def _suite_raw(path) -> dict:
+    from bench.suite import tomllib
+
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _suite_worlds(path) -> list[int]:
+    raw = _suite_raw(path)
+    w = raw.get("world", raw.get("stages", [2]))
+    return [int(x) for x in (w if isinstance(w, list) else [w])] if raw.get("kind") in ("collectives", "allreduce") else []
+
+
+def _suite_backend(path) -> str | None:
+    return _suite_raw(path).get("backend")
+
+
+def cmd_export(args) -> int:
+    from bench.results.export import to_pytest_benchmark
+
+    if args.format != "pytest-benchmark":
+        from bench.errors import unknown
+
+        raise unknown("export format", args.format, ("pytest-benchmark",))
+    import json
+
+    doc = to_pytest_benchmark(_dir(args.run, "RUN"))
+    text = json.dumps(doc, indent=4) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"# exported {len(doc['benchmarks'])} benchmark(s) to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

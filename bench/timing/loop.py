@@ -5,9 +5,15 @@ Two modes, named in every row:
 - throughput: ops back to back under one timer, divided by their number (nccl-tests' default);
   repeated in `blocks` blocks so that spread can be reported.
 Warm-up runs at every size. The iteration count adapts to a per-size time budget, with floors.
+
+Test only: DISTBENCH_TEST_SLOWDOWN=F (F > 1) makes every timed op really take F times as long (a
+sleep of (F-1) x the op's own time inside the timed region), to check that the regression gate
+catches a slowdown (tools/gate_eval.py, docs/gate.md). Unset in normal use.
 """
 
 import math
+import os
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,6 +39,19 @@ class LoopResult:
     samples_s: list[float]  # this rank's samples: per op (latency) or per block / ops (throughput)
     warmup_s: float  # mean seconds per warm-up op on this rank
     ops: int  # timed ops
+
+
+def _slowdown() -> float:
+    try:
+        return max(1.0, float(os.environ.get("DISTBENCH_TEST_SLOWDOWN", "1") or 1))
+    except ValueError:
+        return 1.0
+
+
+def _stretch(t0: float, factor: float):
+    """Test-only slowdown: sleep so that the time since t0 becomes factor x itself."""
+    if factor > 1.0:
+        time.sleep((factor - 1.0) * (time.perf_counter() - t0))
 
 
 def _run(op: Callable, async_op: bool):
@@ -63,20 +82,25 @@ def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Call
     warm = timer.stop() / max(spec.warmup, 1)
     n = iterations(spec, agree_max(warm))
     samples: list[float] = []
+    slow = _slowdown()
     if spec.mode == "latency":
         for _ in range(n):
             barrier()
+            t0 = time.perf_counter()
             timer.start()
             _run(op, async_op=True)
+            _stretch(t0, slow)
             samples.append(timer.stop())
     elif spec.mode == "throughput":
         per_block = max(1, math.ceil(n / spec.blocks))
         n = per_block * spec.blocks
         for _ in range(spec.blocks):
             barrier()
+            t0 = time.perf_counter()
             timer.start()
             for _ in range(per_block):
                 op(False)  # issue back to back; on CUDA this only enqueues
+            _stretch(t0, slow)
             samples.append(timer.stop() / per_block)
     else:
         raise ValueError(f"unknown timing mode {spec.mode!r}")

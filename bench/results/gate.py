@@ -1,0 +1,369 @@
+"""The regression gate: a current run against a stored baseline, with a confirmation re-run.
+
+    verdict = gate(baseline_dir, run_dir)      # baseline_dir: one baseline, or a root of them
+    verdict.exit_code                          # 0 pass, 1 confirmed regression / wrong, 3 not comparable
+    verdict.to_frame(); verdict.to_markdown(); verdict.to_text(); verdict.to_json()
+
+Steps (docs/gate.md):
+1. Comparable? The run's fingerprint (bench.results.fingerprint) must equal the baseline's, the
+   baseline must be of this schema version, of the same kind, and share at least one case.
+   Otherwise exit 3 with the reason.
+2. Compare (bench.results.compare: tolerance AND between-launch noise band per case; geometric
+   mean per kind with its own band; `unstable` cases cannot fail on their own).
+3. Any current row with `wrong` > 0: exit 1 at once (no confirmation needed).
+4. Flagged cases (case regressions, and every decidable case of a kind whose geometric mean
+   regressed) are re-run once in a fresh launch; each takes the better of its two launches and
+   the comparison is made again. A regression stands only if it is still there: exit 1.
+   Without a re-run (rerun=None) flagged regressions stand, marked unconfirmed.
+5. Nothing decidable at all (every case unstable/throttled): exit 3, "baseline cannot decide".
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from bench.results import baseline as bl
+from bench.results import fingerprint as fp
+from bench.results.compare import AGGREGATED, DECIDABLE, Comparison, Rules, compare_rows, normalize_kind, public, with_confirmation
+from bench.results.schema import SCHEMA_VERSION
+from bench.results.store import load_run
+
+PASS, REGRESSION, NOT_COMPARABLE = 0, 1, 3
+
+
+@dataclass
+class Verdict:
+    exit_code: int
+    status: str  # pass | regression | wrong | not-comparable | undecidable
+    reason: str
+    kind: str = ""
+    baseline_dir: str = ""
+    run_dir: str = ""
+    fingerprint: str = ""
+    rules: str = "defaults"
+    repeats: int = 0
+    cases: pd.DataFrame = field(default_factory=pd.DataFrame)  # final, one row per case and metric
+    kinds: pd.DataFrame = field(default_factory=pd.DataFrame)  # per gated metric: geometric-mean rule
+    confirmation: dict = field(default_factory=dict)  # {"run_dir", "cases", "error"}
+    notes: list = field(default_factory=list)
+    warn_only: bool = False
+
+    def to_frame(self) -> pd.DataFrame:
+        return public(self.cases)
+
+    def counts(self) -> dict:
+        if self.cases.empty:
+            return {}
+        g = self.cases[self.cases["gated"]]
+        return {v: int(n) for v, n in g["verdict"].value_counts().items()}
+
+    def to_json(self) -> dict:
+        def records(df):
+            return json.loads(public(df).to_json(orient="records")) if len(df) else []
+
+        return {"exit_code": self.exit_code, "status": self.status, "reason": self.reason, "kind": self.kind,
+                "baseline": self.baseline_dir, "run": self.run_dir, "fingerprint": self.fingerprint,
+                "rules": self.rules, "repeats": self.repeats, "counts": self.counts(), "notes": self.notes,
+                "confirmation": self.confirmation, "kinds": records(self.kinds), "cases": records(self.cases)}
+
+    def headline(self) -> str:
+        word = {0: "PASS", 1: "FAIL", 3: "NO COMPARABLE BASELINE"}.get(self.exit_code, "?")
+        if self.warn_only and self.status in ("regression", "wrong"):
+            word = "WARN (--warn-only)"
+        return f"gate: {word}: {self.reason}"
+
+    def to_text(self) -> str:
+        return self._render("table")
+
+    def to_markdown(self) -> str:
+        return self._render("markdown")
+
+    def _render(self, fmt: str) -> str:
+        from bench.results.compare import render_cases, render_kinds
+
+        md = fmt == "markdown"
+        lines = [f"## {self.headline()}" if md else self.headline(), ""]
+        facts = [("kind", self.kind), ("baseline", self.baseline_dir), ("run", self.run_dir),
+                 ("fingerprint", self.fingerprint), ("repeats in baseline", self.repeats), ("rules", self.rules)]
+        if self.confirmation:
+            facts.append(("confirmation", self.confirmation.get("run_dir") or self.confirmation.get("error", "")))
+        for k, v in facts:
+            if v not in ("", None):
+                lines.append(f"- {k}: `{v}`" if md else f"  {k}: {v}")
+        lines.append("")
+        if len(self.cases):
+            lines += [render_cases(self.cases, fmt), ""]
+        if len(self.kinds):
+            lines += [render_kinds(self.kinds, fmt), ""]
+        lines += [f"- {n}" if md else f"  note: {n}" for n in self.notes]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+def _not_comparable(reason: str, **kw) -> Verdict:
+    return Verdict(exit_code=NOT_COMPARABLE, status="not-comparable", reason=reason, **kw)
+
+
+def rules_for(baseline: "bl.Baseline", rules_path=None) -> Rules:
+    """The rules file given, else `<suite stem>.gate.toml` beside the baseline's suite file, else defaults."""
+    if rules_path:
+        return Rules.load(rules_path)
+    suite = baseline.meta.get("suite_path")
+    if suite:
+        side = Path(suite).with_suffix("").with_name(Path(suite).stem + ".gate.toml")
+        if side.exists():
+            return Rules.load(side)
+    return Rules()
+
+
+def gated_regressions(cmp: Comparison) -> tuple[pd.DataFrame, pd.DataFrame]:
+    c = cmp.cases
+    cases = c[c["gated"] & (c["verdict"] == "regression")] if len(c) else c
+    kinds = cmp.kinds[cmp.kinds["verdict"] == "regression"] if len(cmp.kinds) else cmp.kinds
+    return cases, kinds
+
+
+def flagged_keys(cmp: Comparison, keys: list[str]) -> pd.DataFrame:
+    """Case keys to re-run: regressed cases, plus every decidable case of a regressed kind metric."""
+    cases, kinds = gated_regressions(cmp)
+    c = cmp.cases
+    parts = [cases[keys]]
+    for metric in kinds["metric"] if len(kinds) else []:
+        parts.append(c[(c["metric"] == metric) & c["verdict"].isin(AGGREGATED)][keys])
+    return pd.concat(parts).drop_duplicates() if parts else pd.DataFrame(columns=keys)
+
+
+def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
+         rerun: Callable[[pd.DataFrame, dict], Path] | None = None, warn_only: bool = False) -> Verdict:
+    """Decide one run against its baseline. rerun(flagged key rows, run meta) -> a new run
+    directory (a fresh launch of those cases); None: no confirmation."""
+    run_dir = Path(run_dir)
+    run = load_run(run_dir)
+    if "results" not in run.tables or run["results"].empty:
+        return _not_comparable(f"run {run_dir} has no results rows", run_dir=str(run_dir))
+    if run.meta.get("schema_version") != SCHEMA_VERSION:
+        return _not_comparable(f"run {run_dir} has result schema version {run.meta.get('schema_version')}, "
+                               f"this distbench reads {SCHEMA_VERSION}", run_dir=str(run_dir))
+    want = fp.of_run(run.meta)
+    try:
+        bdir = Path(baseline_dir)
+        bdir = bdir if bl.is_baseline(bdir) else bl.find(bdir, want)
+        base = bl.load(bdir)
+    except bl.NotComparable as e:
+        return _not_comparable(str(e), run_dir=str(run_dir), fingerprint=want.slug())
+    info = {"baseline_dir": str(base.dir), "run_dir": str(run_dir), "fingerprint": want.slug()}
+    diff = fp.differences(base.fingerprint, want)
+    if diff:
+        return _not_comparable(f"baseline {base.dir.name} is another machine class: {'; '.join(diff)} "
+                               "(baseline vs this run)", **info)
+    kind = normalize_kind(base.kind)
+    run_kind = normalize_kind(run.meta.get("kind") or run["results"]["kind"].dropna().iloc[0])
+    if run_kind != kind:
+        return _not_comparable(f"baseline is a {kind} baseline, the run is {run_kind}", **info)
+    rules = rules or rules_for(base, rules_path)
+    info.update(kind=kind, rules=rules.source, warn_only=warn_only)
+    current = run["results"]
+    cmp = compare_rows(base.results, current, kind, rules)
+    info["repeats"] = cmp.repeats
+    matched = cmp.cases[~cmp.cases["verdict"].isin(("missing", "new"))] if len(cmp.cases) else cmp.cases
+    if matched.empty:
+        return _not_comparable(f"no case of run {run_dir.name} is in baseline {base.dir.name} "
+                               f"(suite {base.meta.get('suite')})", cases=cmp.cases, **info)
+    notes = _notes(cmp)
+    wrong = cmp.cases[(cmp.cases["verdict"] == "wrong") & cmp.cases["gated"]]
+    if len(wrong):
+        return _finish(Verdict(exit_code=REGRESSION, status="wrong",
+                               reason=f"{len(wrong)} case(s) with wrong results (fails outright)",
+                               cases=cmp.cases, kinds=cmp.kinds, notes=notes, **info))
+    confirmation = {}
+    cases_r, kinds_r = gated_regressions(cmp)
+    if len(cases_r) or len(kinds_r):
+        keys = [k for k in cmp.cases.columns if k in _key_names(kind)]
+        todo = flagged_keys(cmp, keys)
+        confirmation = {"cases": len(todo), "first": _flag_summary(cases_r, kinds_r)}
+        if rerun is None:
+            confirmation["error"] = "no confirmation re-run (disabled): flagged regressions stand unconfirmed"
+        else:
+            try:
+                again = load_run(rerun(todo, run.meta))
+                confirmation["run_dir"] = str(again.dir)
+                combined = with_confirmation(current, _only(again["results"], todo, keys), kind)
+                first = cmp
+                cmp = compare_rows(base.results, combined, kind, rules)
+                cmp.cases["first_verdict"] = first.cases["verdict"].values
+            except Exception as e:  # noqa: BLE001 - a failed re-run is reported; the flag stands
+                confirmation["error"] = f"confirmation re-run failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+    cases_r, kinds_r = gated_regressions(cmp)
+    gated = cmp.cases[cmp.cases["gated"] & ~cmp.cases["verdict"].isin(("missing", "new"))]
+    decidable = gated[gated["verdict"].isin(DECIDABLE)]
+    if len(cases_r) or len(kinds_r):
+        how = "confirmed by a fresh launch" if "run_dir" in confirmation else "unconfirmed: " + confirmation.get("error", "")
+        v = Verdict(exit_code=REGRESSION, status="regression",
+                    reason=f"{_flag_summary(cases_r, kinds_r)} ({how})", **info)
+    elif decidable.empty and not (len(cmp.kinds) and cmp.kinds["verdict"].isin(DECIDABLE).any()):
+        v = Verdict(exit_code=NOT_COMPARABLE, status="undecidable",
+                    reason=f"baseline cannot decide any case: all {len(gated)} are unstable/throttled/n/a "
+                           f"({cmp.repeats} repeat(s); record more with --repeats)", **info)
+    else:
+        extra = " after a confirmation re-run" if confirmation else ""
+        v = Verdict(exit_code=PASS, status="pass",
+                    reason=f"{len(decidable)} decidable case(s) and the per-kind geometric mean: no regression{extra}; "
+                           f"{int((gated['verdict'] == 'unstable').sum())} unstable", **info)
+    v.cases, v.kinds, v.confirmation, v.notes = cmp.cases, cmp.kinds, confirmation, notes + _notes(cmp, throttled_only=True)
+    return _finish(v)
+
+
+def _finish(v: Verdict) -> Verdict:
+    if v.warn_only and v.exit_code == REGRESSION:
+        v.exit_code = PASS
+    v.notes = list(dict.fromkeys(v.notes))
+    return v
+
+
+def _key_names(kind: str) -> list[str]:
+    from bench.results.compare import key_columns
+
+    return key_columns(kind)
+
+
+def _only(rows: pd.DataFrame, todo: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    from bench.results.compare import _keyed
+
+    r = _keyed(rows, keys)
+    want = set(map(tuple, todo[keys].astype(str).values))
+    return r[[tuple(x) in want for x in r[keys].values]]
+
+
+def _flag_summary(cases_r: pd.DataFrame, kinds_r: pd.DataFrame) -> str:
+    parts = []
+    if len(cases_r):
+        parts.append(f"{len(cases_r)} case(s) regressed")
+    for _, k in kinds_r.iterrows():
+        parts.append(f"geometric mean of {k['metric']} {k['geomean_worse']:.2f}x worse over {k['decidable']} case(s)")
+    return "; ".join(parts) or "none"
+
+
+def _notes(cmp: Comparison, throttled_only: bool = False) -> list[str]:
+    c = cmp.cases
+    if c.empty:
+        return []
+    g = c[c["gated"]]
+    out = []
+    n = int((g["verdict"] == "throttled").sum())
+    if n:
+        out.append(f"{n} case(s) throttled (telemetry): reported, not decided")
+    if throttled_only:
+        return out
+    for verdict, what in (("unstable", "unstable (baseline band too wide or < 2 repeats): cannot fail on their own"),
+                          ("missing", "in the baseline but not in this run"), ("new", "not in the baseline")):
+        n = int((g["verdict"] == verdict).sum())
+        if n:
+            out.append(f"{n} case(s) {what}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Confirmation re-runs of stored runs
+
+
+def narrowing_args(kind: str, todo: pd.DataFrame, current: pd.DataFrame) -> list[str]:
+    """CLI options that restrict a re-run to (a superset of) the flagged cases."""
+    from bench.results.compare import _keyed, key_columns
+
+    kind = normalize_kind(kind)
+    keys = [k for k in key_columns(kind) if k in todo.columns]
+    rows = _only(current, todo, keys) if len(todo) else current.iloc[0:0]
+    args = []
+    sizes = sorted({int(s) for s in pd.to_numeric(rows.get("size_bytes"), errors="coerce").dropna()}) if len(rows) else []
+    if kind == "collectives" and "collective" in rows:
+        args += ["-c", ",".join(sorted(set(rows["collective"].dropna().astype(str))))]
+    elif kind == "allreduce" and "algorithm" in rows:
+        args += ["-a", ",".join(sorted(set(rows["algorithm"].dropna().astype(str))))]
+    if kind in ("collectives", "allreduce") and sizes and min(sizes) > 0:
+        args += ["--sizes", ",".join(str(s) for s in sizes)]
+    return args
+
+
+def default_rerun(current: pd.DataFrame, kind: str) -> Callable[[pd.DataFrame, dict], Path]:
+    """A re-run of the flagged cases in a fresh launch of the same suite (from the run's meta)."""
+    def rerun(todo: pd.DataFrame, meta: dict) -> Path:
+        return bl.rerun_from_meta(meta, narrowing_args(kind, todo, current))
+
+    return rerun
+
+
+# ---------------------------------------------------------------------------------------------
+# Acceptance threshold without history (nccl-tests' NCCL_TESTS_MIN_BW)
+
+
+@dataclass(frozen=True)
+class MinBusbwFailure:
+    collective: str
+    world: int
+    avg_busbw_gbps: float
+    min_busbw_gbps: float
+    sizes: int
+
+    def __str__(self):
+        return (f"{self.collective} at world {self.world}: average busbw {self.avg_busbw_gbps:.3f} GB/s over "
+                f"{self.sizes} large size(s) is below --min-busbw {self.min_busbw_gbps:g} GB/s")
+
+
+def parse_min_busbw(text: str) -> float | dict:
+    """'50' (every collective) or 'all_reduce=40,all_gather=30[,*=10]' -> float or dict (GB/s)."""
+    from bench.errors import BenchError
+
+    text = str(text).strip()
+    try:
+        if "=" not in text:
+            v = float(text)
+            if not v > 0:
+                raise ValueError
+            return v
+        out = {}
+        for part in text.split(","):
+            name, _, val = part.partition("=")
+            v = float(val)
+            if not name.strip() or not v > 0:
+                raise ValueError
+            out[name.strip()] = v
+        return out
+    except ValueError:
+        raise BenchError(f"--min-busbw '{text}': expected GB/s > 0, e.g. 50 or all_reduce=40,all_gather=30") from None
+
+
+def min_busbw_failures(results: pd.DataFrame, threshold_gbps: float | dict, large_sizes=None) -> list[MinBusbwFailure]:
+    """Collectives whose average busbw over the large sizes is below the threshold.
+
+    Average = arithmetic mean of `busbw_gbps` over every row of the collective (and world) at the
+    large sizes, as nccl-tests averages its "Avg bus bandwidth". Large sizes: `large_sizes` (a
+    collection of byte counts), by default the sizes >= 1/16 of the collective's largest (the top 5
+    of a x2 sweep). threshold: one GB/s figure for all, or {collective: GB/s} with an optional
+    '*' default; collectives with no threshold are not checked. Rows with size 0 (barrier) and
+    null busbw are ignored.
+    """
+    df = results.copy()
+    df["busbw_gbps"] = pd.to_numeric(df["busbw_gbps"], errors="coerce")
+    df["size_bytes"] = pd.to_numeric(df["size_bytes"], errors="coerce")
+    df = df[df["busbw_gbps"].notna() & (df["size_bytes"] > 0)]
+    out = []
+    for (coll, world), g in df.groupby(["collective", "world"], sort=True):
+        limit = threshold_gbps.get(coll, threshold_gbps.get("*")) if isinstance(threshold_gbps, dict) else threshold_gbps
+        if limit is None:
+            continue
+        if large_sizes is not None:
+            big = g[g["size_bytes"].isin(set(int(s) for s in large_sizes))]
+        else:
+            big = g[g["size_bytes"] >= g["size_bytes"].max() / 16]
+        if big.empty:
+            continue
+        avg = float(big["busbw_gbps"].mean())
+        if avg < float(limit):
+            out.append(MinBusbwFailure(str(coll), int(world), avg, float(limit), int(big["size_bytes"].nunique())))
+    return out
+
+
+__all__ = ["Verdict", "gate", "default_rerun", "min_busbw_failures", "parse_min_busbw", "MinBusbwFailure",
+           "narrowing_args", "rules_for"]
