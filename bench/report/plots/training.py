@@ -20,7 +20,7 @@ def _with_fixed(pp: pd.DataFrame) -> pd.DataFrame:
     mb_mode = pp.get("sweep_mode", pd.Series("", index=pp.index)).astype(str) == "micro-batch"
     fixed = np.where(mb_mode, "micro-batch " + pp["micro_batch"].astype(str), "batch " + pp["batch"].astype(str))
     return pp.assign(_fixed=fixed)
-ACTION_COLORS = {"fwd": "#1f77b4", "bwd": "#ff7f0e", "recompute": "#9467bd", "comm": "#2ca02c", "idle": "#d9d9d9"}
+ACTION_COLORS = {"fwd": "#1f77b4", "bwd": "#ff7f0e", "recompute": "#9467bd", "comm": "#2ca02c", "idle": "#e3e3e3"}
 MAX_GANTT_PER_RUN = 8  # one PNG per case; beyond this the page gets long, and the rest is named as left out
 
 
@@ -105,6 +105,9 @@ def _bubble(sec, out_dir, pp, keys, prefix):
 
 
 def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
+    """One timed step per case: each rank's forward / backward / recompute / comm spans over a grey
+    idle background (time not covered by any action); an 'idle' action, where stored, is drawn as such,
+    and a 'step' action (the rank's own span) as an outline."""
     for lab, runspans in spans.groupby("_label", sort=True):
         cases = list(dict.fromkeys(runspans["case_id"]))
         if len(cases) > MAX_GANTT_PER_RUN:
@@ -113,34 +116,43 @@ def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
         for cid in cases[:MAX_GANTT_PER_RUN]:
             c = runspans[runspans["case_id"] == cid]
             ranks = sorted(int(r) for r in c["rank"].dropna().unique())
-            fig, axes = new_figure(9.0, 1.0 + 0.55 * max(2, len(ranks)))
+            t0 = min(0.0, float(np.nanmin(num(c, "start_s"))))
+            t1 = float(np.nanmax(num(c, "end_s")))
+            fig, axes = new_figure(9.0, 1.4 + 0.5 * max(2, len(ranks)))
             ax = axes[0][0]
-            t0 = float(np.nanmin(num(c, "start_s")))
-            for action, a in c.groupby("action", sort=False):
-                bars = [(s - t0, e - s) for s, e in zip(num(a, "start_s"), num(a, "end_s")) if e >= s]
-                for r in ranks:
-                    mine = [b for b, rr in zip(bars, num(a, "rank")) if rr == r]
-                    ax.broken_barh([(s * 1e3, w * 1e3) for s, w in mine], (r - 0.4, 0.8),
-                                   facecolors=ACTION_COLORS.get(str(action), "#8c564b"), edgecolor="white",
-                                   linewidth=0.3)
-            handles = [plt.Rectangle((0, 0), 1, 1, color=ACTION_COLORS.get(k, "#8c564b")) for k in ACTION_COLORS
-                       if k in set(c["action"].astype(str))]
-            names = [k for k in ACTION_COLORS if k in set(c["action"].astype(str))]
-            others = sorted(set(c["action"].astype(str)) - set(ACTION_COLORS))
-            handles += [plt.Rectangle((0, 0), 1, 1, color="#8c564b") for _ in others]
-            ax.legend(handles, names + others, fontsize=7, ncol=len(handles), loc="upper center",
-                      bbox_to_anchor=(0.5, -0.35 if len(ranks) <= 2 else -0.18))
+            for r in ranks:  # the background: whatever no action covers is idle
+                ax.broken_barh([(0, (t1 - t0) * 1e3)], (r - 0.4, 0.8), facecolors=ACTION_COLORS["idle"])
+            actions = [a for a in ("idle", "fwd", "bwd", "recompute", "comm") if a in set(c["action"].astype(str))]
+            others = sorted(set(c["action"].astype(str)) - set(ACTION_COLORS) - {"step"})
+            for action in actions + others:
+                a = c[c["action"].astype(str) == action]
+                for r, g in a.groupby("rank"):
+                    bars = [((s - t0) * 1e3, (e - s) * 1e3) for s, e in zip(num(g, "start_s"), num(g, "end_s")) if e >= s]
+                    ax.broken_barh(bars, (int(r) - 0.4, 0.8), facecolors=ACTION_COLORS.get(action, "#8c564b"),
+                                   edgecolor="white", linewidth=0.3)
+            own = c[c["action"].astype(str) == "step"]
+            for r, g in own.groupby("rank"):
+                bars = [((s - t0) * 1e3, (e - s) * 1e3) for s, e in zip(num(g, "start_s"), num(g, "end_s"))]
+                ax.broken_barh(bars, (int(r) - 0.45, 0.9), facecolors="none", edgecolor="black", linewidth=0.8)
+            names = ["idle"] + [a for a in actions if a != "idle"] + others
+            handles = [plt.Rectangle((0, 0), 1, 1, color=ACTION_COLORS.get(k, "#8c564b")) for k in names]
+            if not own.empty:
+                handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="black"))
+                names.append("own step span")
+            ax.legend(handles, names, fontsize=7, ncol=len(handles), loc="upper center",
+                      bbox_to_anchor=(0.5, -0.3 if len(ranks) <= 2 else -0.15), frameon=False)
             ax.set_yticks(ranks)
             ax.set_yticklabels([f"rank {r}" for r in ranks])
-            ax.invert_yaxis()
-            ax.set_xlabel("time since step start (ms)")
+            ax.set_ylim(max(ranks) + 0.6, min(ranks) - 0.6)
+            ax.set_xlim(0, (t1 - t0) * 1e3 * 1.01)
+            ax.set_xlabel("time since the step start (ms)")
             ax.set_ylabel("rank")
             ax.set_title(f"one timed step per rank: {cid}", fontsize=9)
             ax.grid(True, axis="x", alpha=0.3)
             sec.images.append(save(
-                fig, out_dir, f"{prefix}_gantt_{cid}", f"per-rank timeline: {cid}",
-                f"Gantt chart of one timed step of {cid} ({lab}): for each of {len(ranks)} ranks, bars of forward, "
-                "backward, recompute, communication and idle time in milliseconds since the step start."))
+                fig, out_dir, f"{prefix}_gantt_{cid}", f"per-rank timeline of one step: {cid}",
+                f"Gantt chart of one timed step of {cid} ({lab}): for each of {len(ranks)} ranks, bars of "
+                f"{', '.join(names)} in milliseconds since the step start ({(t1 - t0) * 1e3:.1f} ms in all)."))
 
 
 def _strategy_bars(sec, out_dir, res, col, scale, ylabel, title, name, what):
