@@ -3,17 +3,25 @@
 Each finished case is written as its own part file (temp file, then an atomic rename), so an
 interrupted sweep keeps every finished case and never leaves a half-written file. finalize()
 merges the parts into one file per table; load_run() reads either form.
+
+Reading is defensive (issue 11): a truncated or corrupt parquet file, an unreadable meta.json and
+files the store did not write are skipped, each named in `Run.problems`, and the rest of the run
+loads; `load_run(path, strict=True)` raises the first problem instead. A meta.json from a newer
+schema version is always an error: its tables cannot be interpreted. finalize() keeps a corrupt
+part aside as `<part>.corrupt` and records it in meta.json `problems`.
 """
 
 import json
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
-from bench.results.schema import SCHEMA_VERSION, conform
+from bench.errors import BenchError
+from bench.results.schema import SCHEMA_VERSION, TABLES, conform
 
 
 def _atomic_write(path: Path, write):
@@ -34,10 +42,38 @@ def write_json(obj, path: Path):
     _atomic_write(path, w)
 
 
-def _read_parts(tdir: Path) -> pd.DataFrame | None:
-    """All part files of one table, in completion order, as one frame (None if there are none)."""
-    frames = [pd.read_parquet(f) for f in sorted(tdir.glob("*.parquet"))]
-    frames = [f for f in frames if len(f)]
+def _why(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
+def _read_parquet(f: Path, problems: list[str], where: Path) -> pd.DataFrame | None:
+    """One parquet file, or None with a problem naming it (truncated, corrupt, unreadable)."""
+    try:
+        return pd.read_parquet(f)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError / ... on a bad file
+        problems.append(f"{_rel(f, where)}: unreadable parquet, skipped ({_why(e)})")
+        return None
+
+
+def _rel(f: Path, where: Path | None = None) -> str:
+    """How a problem names a file: its path as given (the run directory's path joined)."""
+    return str(f)
+
+
+def _read_parts(tdir: Path, problems: list[str] | None = None, bad: list[Path] | None = None,
+                where: Path | None = None) -> pd.DataFrame | None:
+    """All part files of one table, in completion order, as one frame (None if there are none).
+    A part that cannot be read is skipped, named in `problems` and added to `bad`."""
+    problems = [] if problems is None else problems
+    frames = []
+    for f in sorted(tdir.glob("*.parquet")):
+        df = _read_parquet(f, problems, where or tdir.parent.parent)
+        if df is None:
+            if bad is not None:
+                bad.append(f)
+        elif len(df):
+            frames.append(df)
     if not frames:
         return None
     with warnings.catch_warnings():  # all-null columns in some parts: concat's dtype notice
@@ -59,8 +95,16 @@ class RunWriter:
         return w
 
     def read_meta(self) -> dict:
+        """The run's meta.json ({} when absent). An unreadable one is renamed meta.json.corrupt
+        (never overwritten) and the run goes on with a fresh meta whose `problems` say so; a
+        newer schema version is a BenchError (this code must not rewrite it)."""
+        problems: list[str] = []
+        meta = read_meta(self.dir, problems)
         p = self.dir / "meta.json"
-        return json.loads(p.read_text()) if p.exists() else {}
+        if problems and not meta and p.exists():  # unreadable, or not a JSON object
+            os.replace(p, p.with_name("meta.json.corrupt"))
+            meta = {"problems": [f"{x}; kept aside as meta.json.corrupt" for x in problems]}
+        return meta
 
     def update_meta(self, change):
         """meta.json <- change(current meta); atomic."""
@@ -85,18 +129,50 @@ class RunWriter:
                 write_parquet(pd.DataFrame(rows), self.dir / "parts" / table / f"{self.prefix}{self._parts:05d}.parquet")
 
     def finalize(self):
+        """Merge the parts into one file per table (with the merged file already there, if any:
+        a resumed run keeps what the first finalize merged). A part that cannot be read is not
+        merged: it is renamed `<part>.corrupt`, left in parts/, and recorded in meta.json
+        `problems`; the other parts are merged. Returns the problems (each names its file)."""
         parts = self.dir / "parts"
         if not parts.is_dir():
-            return
+            return []
+        read_meta(self.dir, [])  # a newer schema version: BenchError, before anything is rewritten
+        problems: list[str] = []
         for tdir in sorted(p for p in parts.iterdir() if p.is_dir()):
             files = sorted(tdir.glob("*.parquet"))
-            df = _read_parts(tdir)
+            bad: list[Path] = []
+            df = _read_parts(tdir, problems, bad, self.dir)
             if df is not None:
-                write_parquet(conform(df, tdir.name), self.dir / f"{tdir.name}.parquet")
+                merged = self.dir / f"{tdir.name}.parquet"
+                if merged.exists():  # a resumed run: keep what the first finalize merged
+                    old = _read_parquet(merged, problems, self.dir)
+                    if old is not None:
+                        df = _concat([old, df])
+                    else:  # keep the unreadable merged file aside, never overwrite it
+                        os.replace(merged, merged.with_name(merged.name + ".corrupt"))
+                try:
+                    write_parquet(conform(df, tdir.name), merged)
+                except (ValueError, TypeError) as e:  # not a schema table, or columns it does not know
+                    problems.append(f"{_rel(tdir, self.dir)}: not merged ({_why(e)})")
+                    continue
             for f in files:
-                f.unlink()
-            tdir.rmdir()
-        parts.rmdir()
+                if f in bad:
+                    os.replace(f, f.with_name(f.name + ".corrupt"))
+                else:
+                    f.unlink()
+            if not any(tdir.iterdir()):
+                tdir.rmdir()
+        if not any(parts.iterdir()):
+            parts.rmdir()
+        if problems:
+            self.update_meta(lambda m: {**m, "problems": [*m.get("problems", []), *problems]})
+        return problems
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return pd.concat(frames, ignore_index=True)
 
 
 @dataclass
@@ -104,24 +180,145 @@ class Run:
     dir: Path
     meta: dict
     tables: dict[str, pd.DataFrame]
+    problems: list[str] = field(default_factory=list)  # what could not be read, each naming its file
 
     def __getitem__(self, table: str) -> pd.DataFrame:
         return self.tables[table]
 
 
-def load_run(path) -> Run:
-    """Read a run directory, merged or still in parts (an interrupted run)."""
+# What the store itself writes into a run directory; anything else is named as foreign.
+_OWN_SUFFIXES = (".parquet", ".corrupt")
+_OWN_NAMES = ("meta.json", "parts")
+
+
+def read_meta(path: Path, problems: list[str]) -> dict:
+    """meta.json of a run directory: {} when absent; {} and a problem when unreadable or not an
+    object. A schema_version newer than this code's is a BenchError (naming the file, both versions)."""
+    p = Path(path) / "meta.json"
+    if not p.exists():
+        return {}
+    try:
+        meta = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        problems.append(f"{p}: unreadable meta.json, run metadata missing ({_why(e)})")
+        return {}
+    if not isinstance(meta, dict):
+        problems.append(f"{p}: meta.json is a JSON {type(meta).__name__}, not an object; run metadata missing")
+        return {}
+    v = meta.get("schema_version")
+    if v is not None:
+        if isinstance(v, bool) or not isinstance(v, int):
+            problems.append(f"{p}: schema_version {v!r} is not an integer; read as version {SCHEMA_VERSION}")
+        elif v > SCHEMA_VERSION:
+            raise BenchError(f"{p}: schema version {v} is newer than this distbench's {SCHEMA_VERSION}; "
+                             "upgrade distbench to read this run")
+    return meta
+
+
+def load_run(path, strict: bool = False) -> Run:
+    """Read a run directory, merged or still in parts (an interrupted run).
+
+    A file that cannot be read (truncated or corrupt parquet, invalid meta.json), a parts/ table
+    the schema does not know and any file the store did not write are skipped and named in
+    `Run.problems`; the rest of the run loads. strict=True raises the first problem as a
+    BenchError instead. A newer schema version (meta.json) always raises BenchError."""
     path = Path(path)
-    meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").exists() else {}
-    tables = {p.stem: pd.read_parquet(p) for p in sorted(path.glob("*.parquet"))}
+    if not path.is_dir():
+        raise BenchError(f"run directory '{path}' does not exist or is not a directory")
+    problems: list[str] = []
+    meta = read_meta(path, problems)
+    tables = {}
+    for p in sorted(path.glob("*.parquet")):
+        if p.name.startswith("."):
+            continue
+        df = _read_parquet(p, problems, path)
+        if df is not None:
+            tables[p.stem] = df
     parts = path / "parts"
     if parts.is_dir():
-        for tdir in sorted(p for p in parts.iterdir() if p.is_dir()):
-            df = _read_parts(tdir)
-            if df is not None:
+        for tdir in sorted(parts.iterdir()):
+            if not tdir.is_dir():
+                if not tdir.name.startswith("."):
+                    problems.append(f"{_rel(tdir, path)}: foreign file in parts/, ignored")
+                continue
+            if tdir.name not in TABLES:
+                problems.append(f"{_rel(tdir, path)}: parts of unknown table '{tdir.name}', ignored")
+                continue
+            for f in sorted(tdir.iterdir()):
+                if not f.name.startswith(".") and not f.name.endswith(_OWN_SUFFIXES):
+                    problems.append(f"{_rel(f, path)}: foreign file in parts/, ignored")
+            df = _read_parts(tdir, problems, where=path)
+            if df is None:
+                continue
+            try:
                 both = [tables[tdir.name], df] if tdir.name in tables else [df]
-                tables[tdir.name] = conform(pd.concat(both, ignore_index=True), tdir.name)
-    return Run(dir=path, meta=meta, tables=tables)
+                tables[tdir.name] = conform(_concat(both), tdir.name)
+            except (ValueError, TypeError) as e:
+                problems.append(f"{_rel(tdir, path)}: parts not loaded ({_why(e)})")
+    for f in sorted(path.iterdir()):
+        if f.name.startswith(".") or f.name in _OWN_NAMES or (f.is_file() and f.name.endswith(_OWN_SUFFIXES)):
+            continue
+        problems.append(f"{_rel(f, path)}: foreign {'directory' if f.is_dir() else 'file'} in the run directory, "
+                        "ignored")
+    for f in sorted(path.rglob("*.corrupt")):
+        problems.append(f"{_rel(f, path)}: kept aside as corrupt by an earlier merge, not loaded")
+    if strict and problems:
+        raise BenchError(problems[0])
+    return Run(dir=path, meta=meta, tables=tables, problems=problems)
+
+
+class Listing(NamedTuple):
+    runs: list[Path]  # run directories, oldest first (run ids start with the UTC start time)
+    problems: list[str]  # foreign files and directories under the root, each named
+
+
+# Directories under the results root that hold something other than runs (bench.results.baseline).
+NOT_SUITES = ("baselines",)
+
+
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / "meta.json").exists() or (path / "parts").is_dir()
+                              or any(path.glob("*.parquet")))
+
+
+def list_runs(root) -> Listing:
+    """Run directories under a results root (<root>/<suite>/<run_id>) and the foreign entries met
+    on the way, each named: a file at the root or in a suite directory, a directory that holds no
+    run. Hidden entries (.name) and the baselines directory are skipped silently. A missing root
+    has no runs and no problems; an unreadable one is one problem."""
+    root = Path(root)
+    runs: list[Path] = []
+    problems: list[str] = []
+    if not root.exists():
+        return Listing(runs, problems)
+    try:
+        suites = sorted(root.iterdir())
+    except OSError as e:
+        return Listing(runs, [f"{root}: cannot list the results root ({_why(e)})"])
+    for suite in suites:
+        if suite.name.startswith(".") or suite.name in NOT_SUITES:
+            continue
+        if not suite.is_dir():
+            problems.append(f"{suite}: foreign file in the results root, ignored")
+            continue
+        if is_run_dir(suite):  # <root>/<run_id> given a suite directory as the root
+            problems.append(f"{suite}: a run directory directly under the results root; expected "
+                            f"{root}/<suite>/<run_id>, ignored")
+            continue
+        try:
+            entries = sorted(suite.iterdir())
+        except OSError as e:
+            problems.append(f"{suite}: cannot list the suite directory ({_why(e)})")
+            continue
+        for d in entries:
+            if d.name.startswith("."):
+                continue
+            if is_run_dir(d):
+                runs.append(d)
+            else:
+                problems.append(f"{d}: foreign {'directory' if d.is_dir() else 'file'} (not a run), ignored")
+    runs.sort(key=lambda p: (p.name, str(p)))
+    return Listing(runs, problems)
 
 
 def latest_run(root, suite: str) -> Path | None:
