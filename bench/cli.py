@@ -1,4 +1,6 @@
-"""Command line: parse, validate, launch. Every benchmark kind (bench.kinds) gets the same
+"""distbench: benchmarks of collectives and parallel training strategies in PyTorch.
+
+Command line: parse, validate, launch. Every benchmark kind (bench.kinds) gets the same
 subcommand shape; the readers of stored runs (report, show, runs, compare, gate…) add theirs.
 
 Bad input is a one-line `distbench: error: ...` with exit code 2, before anything is written.
@@ -18,7 +20,7 @@ from bench.distributed.env import check_world, launcher_world, resolve_backend
 from bench.distributed.launch import launched_externally
 from bench.errors import USAGE_EXIT, BenchError
 from bench.harness import KINDS, Kind
-from bench.harness.run import is_rank_zero, run
+from bench.harness.run import dry_run, is_rank_zero, run
 from bench.options import Parser, add_common
 from bench.strategies import REGISTRY as STRATEGIES
 from bench.suite import int_list, load_suite, resolve_suite
@@ -29,6 +31,7 @@ COMMANDS = (telemetry_cli, report_cli, results_cli)
 
 def build_parser() -> Parser:
     parser = Parser(prog="distbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     sub = parser.add_subparsers(dest="command", parser_class=Parser, required=True)
     for kind in KINDS:
         p = sub.add_parser(kind.name, help=kind.help)
@@ -87,10 +90,15 @@ def _with_worlds(cfg, worlds):
 
 def cmd_kind(kind: Kind, args) -> int:
     cfg, backend, worlds = configure(kind, args)
-    return run(kind, cfg, backend, kind.plan(cfg, backend, worlds))
+    plan = kind.plan(cfg, backend, worlds)
+    if args.dry_run:
+        return dry_run(kind, cfg, plan)
+    return run(kind, cfg, backend, plan, resume=args.resume)
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -101,3 +109,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("distbench: interrupted; finished cases are kept", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - an internal error: one line unless --debug
+        if debug:
+            raise
+        print(f"distbench: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1

@@ -24,9 +24,17 @@ def add_common(p: argparse.ArgumentParser, default_suite: str):
                    help="do not sample NVML / host telemetry during cases (suite field 'telemetry')")
     p.add_argument("--telemetry-interval-s", dest="telemetry_interval_s", type=float, default=None,
                    help="seconds between telemetry samples (default 0.1)")
+    p.add_argument("--case-timeout-s", dest="case_timeout_s", type=float, default=None,
+                   help="wall-clock limit of one case (default: derived from its budget, at least 60 s)")
+    p.add_argument("--keep-going", dest="keep_going", action="store_const", const=True, default=None,
+                   help="after a failed or hung case, continue in a fresh launch from the next case")
+    p.add_argument("--resume", default=None, metavar="RUN_ID",
+                   help="continue an interrupted or failed run without redoing its finished cases")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="print the planned cases, sizes and an estimated duration; write nothing")
 
 
-COMMON = ("backend", "out", "timeout_s", "telemetry", "telemetry_interval_s")
+COMMON = ("backend", "out", "timeout_s", "telemetry", "telemetry_interval_s", "case_timeout_s", "keep_going")
 SCALARS = ("backend", "out", "min_bytes", "max_bytes", "chunk_bytes", "model")  # strings that are not lists
 
 

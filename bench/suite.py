@@ -26,11 +26,15 @@ class RunConfig:
     out: str = "results"  # results root: <out>/<name>/<run_id>/
     telemetry: bool = True  # NVML + host sampling during every case (--no-telemetry: off)
     telemetry_interval_s: float = 0.1  # seconds between telemetry samples
+    case_timeout_s: float = 0.0  # wall-clock limit of one case on every rank; 0: derived from its budget
+    keep_going: bool = False  # after a failed case, continue in a fresh launch from the next one
 
     def __post_init__(self):
         for name, v in (("timeout_s", self.timeout_s), ("telemetry_interval_s", self.telemetry_interval_s)):
             if not v > 0:
                 raise BenchError(f"{name} {v} must be > 0")
+        if not self.case_timeout_s >= 0:
+            raise BenchError(f"case_timeout_s {self.case_timeout_s} must be >= 0 (0: derived from the budget)")
 
 
 def at_least(name: str, values, lo: int = 1):

@@ -39,6 +39,17 @@ class Unit:
     cases: tuple[CaseSpec, ...]  # one (dtype, op, mode) block: every algorithm
     size: int  # bytes
 
+    @property
+    def key(self) -> str:
+        c = self.cases[0]
+        labels = "+".join(x.label for x in self.cases)
+        return f"allreduce.{labels}.{c.dtype}.{c.op}.{c.mode}.w{c.world}@{self.size}B"
+
+
+def estimate_s(cfg: AllreduceConfig, unit: Unit) -> float:
+    """Per algorithm: the timed budget plus about as much for warm-up, calibration and the check."""
+    return len(unit.cases) * 2 * cfg.budget_s
+
 
 def add_options(p):
     p.add_argument("-a", "--algorithm", "--algorithms", dest="algorithms", default=None,
@@ -174,5 +185,5 @@ KIND = KINDS.register(Kind(
                            "with a fitted alpha-beta cost model", config=AllreduceConfig,
     tables=("results", "samples", "ranks", "telemetry", "model", "residuals", "crossover", "predictions"),
     add_options=add_options, options=options, units=units, measure=measure, summary=allreduce_summary,
-    live=AllreduceLive, plan=plan, finish=write_model,
+    live=AllreduceLive, plan=plan, finish=write_model, estimate_s=estimate_s,
 ))

@@ -28,6 +28,15 @@ class Unit:
     case: CaseSpec
     size: int  # bytes
 
+    @property
+    def key(self) -> str:
+        return f"{self.case.case_id}@{self.size}B"
+
+
+def estimate_s(cfg: CollectivesConfig, unit: Unit) -> float:
+    """Per placement: the timed budget plus about as much for warm-up, calibration and the check."""
+    return len(unit.case.placements) * 2 * cfg.budget_s
+
 
 def add_options(p):
     p.add_argument("-c", "--collective", "--collectives", dest="collectives", default=None,
@@ -137,4 +146,5 @@ KIND = KINDS.register(Kind(
     module=__name__, name="collectives", help="time every collective primitive across message sizes", config=CollectivesConfig,
     tables=("results", "samples", "ranks", "telemetry"), add_options=add_options, options=options, units=units,
     measure=measure, summary=collectives_summary, live=CollectivesLive, plan=plan,
+    estimate_s=estimate_s,
 ))

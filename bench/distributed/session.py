@@ -25,6 +25,7 @@ class Job:
     meta: dict = dataclasses.field(default_factory=dict)  # launcher-side facts (command line, git, notes)
     launch_key: str = ""  # meta.json `launches` key; "" = str(world)
     part_prefix: str = ""  # prefix of this launch's part files; "" = f"w{world}-"
+    skip: frozenset = frozenset()  # unit keys already on disk (--resume, --keep-going)
 
 
 def rank_facts(info: RankInfo) -> dict:
@@ -116,7 +117,8 @@ def start_meta(writer, launch: Launch, key: str, facts: dict):
     }
     writer.update_meta(lambda m: {
         **{"software": software(), "suite": job.config.name, "kind": job.kind.name, "config": plain(job.config)},
-        **job.meta, **m, "run_id": writer.dir.name, "launches": {**m.get("launches", {}), key: entry},
+        **job.meta, **m, "run_id": writer.dir.name,
+        "launches": {**m.get("launches", {}), key: {**entry, "done": m.get("launches", {}).get(key, {}).get("done", [])}},
     })
 
 

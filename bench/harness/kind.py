@@ -56,7 +56,8 @@ class Kind:
     tables: tuple[str, ...]  # the tables its runs hold (bench.results.schema.TABLES keys)
     add_options: Callable[[argparse.ArgumentParser], None]  # its own CLI options (common ones are added for it)
     options: Callable[[argparse.Namespace], dict]  # parsed options -> config field overrides
-    units: Callable[[Any, int, dict], tuple[list, list[str]]]  # (cfg, world, run meta) -> (units, notes); pure
+    units: Callable[[Any, int, dict], tuple[list, list[str]]]  # (cfg, world, run meta) -> (units, notes); pure;
+    # each unit has a stable `key` (str) and a `label` (what a person calls it)
     measure: Callable[[Any, Any], dict]  # (unit, launch) -> {table: rows}, on every rank (rows on rank 0)
     summary: Callable[[Any], str]  # loaded Run -> the closing summary text
     live: Callable[[], Live]  # a fresh terminal printer for one launch
@@ -66,6 +67,8 @@ class Kind:
     plan: Callable[[Any, str, tuple], Plan] = one_launch_per_world  # (cfg, backend, worlds) -> Plan; validates
     after_units: Callable[[Any, Any], dict | None] | None = None  # (cfg, launch) -> extra tables, every rank
     finish: Callable[[Any, Any], None] | None = None  # (run_dir, cfg) after every launch (e.g. a model fit)
+    estimate_s: Callable[[Any, Any], float | None] = lambda cfg, unit: None  # a unit's expected seconds
+    # (for --dry-run and the derived wall-clock limit); None: cannot tell before measuring
 
 
     def __reduce__(self):

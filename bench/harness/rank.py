@@ -3,20 +3,135 @@
 Set up the rank (device, threads, process group with a finite timeout), warm the group up,
 record the launch in meta.json, then for every unit of the kind: measure it (every rank),
 write its tables as one part and show it (rank 0). Telemetry samples every unit's window.
+
+Faults: every unit runs under a wall-clock limit (a watchdog thread ends a hung rank with a
+message naming the unit); each rank notes the unit it entered in <run>/.progress/ so the
+launcher can say which ranks never arrived; an exception names the unit it happened in; a
+rank dies with its launcher (PR_SET_PDEATHSIG), so `kill -9` of the launcher leaves no orphan.
 """
 
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
 import time
 import warnings
+from pathlib import Path
 
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from bench import telemetry
 from bench.distributed.env import init_rank
 from bench.distributed.session import Job, finish_meta, open_launch, start_meta
 from bench.results.store import RunWriter
 
+CASE_TIMEOUT_EXIT = 124  # a rank's exit code when its case exceeded the wall-clock limit
+FLOOR_S = 60.0  # the least a derived limit allows, whatever the budget
+MARGIN = 20.0  # derived limit = MARGIN x the unit's estimated seconds (at least FLOOR_S)
+NO_ESTIMATE_S = 600.0  # derived limit where the kind cannot estimate a unit
 
+
+class CaseError(RuntimeError):
+    """An exception inside a unit, with the unit named (its message reaches the launcher)."""
+
+
+def unit_key(unit) -> str:
+    return unit.key
+
+
+def case_limit_s(kind, cfg, unit) -> float:
+    if cfg.case_timeout_s > 0:
+        return cfg.case_timeout_s
+    est = kind.estimate_s(cfg, unit)
+    return max(FLOOR_S, MARGIN * est) if est else NO_ESTIMATE_S
+
+
+def _die_with_parent():
+    """Linux: SIGKILL this rank when its launcher dies (kill -9 leaves no orphan rank)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+class Watchdog:
+    """Ends this rank (exit CASE_TIMEOUT_EXIT) when the armed unit outlives its limit."""
+
+    def __init__(self, rank: int):
+        self.rank, self.deadline, self.what = rank, None, ""
+        threading.Thread(target=self._watch, daemon=True, name="distbench-watchdog").start()
+
+    def arm(self, what: str, limit_s: float):
+        self.what, self.limit_s, self.deadline = what, limit_s, time.monotonic() + limit_s
+
+    def disarm(self):
+        self.deadline = None
+
+    def _watch(self):
+        while True:
+            time.sleep(0.2)
+            d = self.deadline
+            if d is not None and time.monotonic() > d:
+                msg = f"case {self.what} exceeded its wall-clock limit of {self.limit_s:g} s on rank {self.rank}"
+                print(f"distbench: {msg}", file=sys.stderr, flush=True)
+                _write_error_file(msg)
+                os._exit(CASE_TIMEOUT_EXIT)
+
+
+def _write_error_file(message: str):
+    """torchelastic's error file, so the launcher reads our message instead of an exit code."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        try:
+            Path(path).write_text(json.dumps({"message": {"message": message, "extraInfo": {
+                "py_callstack": "", "timestamp": str(int(time.time()))}}}))
+        except OSError:
+            pass
+
+
+def _note_progress(run_dir: Path, rank: int, index: int, key: str, state: str):
+    try:
+        d = run_dir / ".progress"
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".rank{rank}.tmp"
+        tmp.write_text(json.dumps({"rank": rank, "index": index, "unit": key, "state": state, "t": time.time()}))
+        os.replace(tmp, d / f"rank{rank}.json")
+    except OSError:
+        pass
+
+
+def _fault(index: int, rank: int):
+    """Test-only fault injection: DISTBENCH_FAULT=<action>:<rank>:<unit index> (see tests/test_faults.py)."""
+    spec = os.environ.get("DISTBENCH_FAULT")
+    if not spec:
+        return
+    action, r, i = spec.split(":")
+    if int(r) != rank or int(i) != index:
+        return
+    if action == "sleep":
+        time.sleep(3600)
+    elif action == "exit":
+        os._exit(1)
+    elif action == "raise":
+        raise ValueError("injected fault")
+    elif action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _quiet_stop(signum, frame):
+    """Ctrl-C / SIGTERM reach the ranks through the launcher, which reports once: no traceback here."""
+    os._exit(128 + signum)
+
+
+@record
 def worker_main(job: Job) -> dict:
+    _die_with_parent()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _quiet_stop)
+        signal.signal(signal.SIGTERM, _quiet_stop)
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
     t0 = time.perf_counter()
     info = init_rank(job.backend, job.config.timeout_s)
@@ -29,44 +144,86 @@ def worker_main(job: Job) -> dict:
 
 
 def run_launch(job: Job, info, init_s: float) -> dict:
-    """Every unit of one launch (one world size, one process group). Returns
+    """Every unit of one launch (one world size, one process group) not in job.skip. Returns
     {"run_id", "wrong" (summed over ranks), "dir" (rank 0; None elsewhere)}."""
     kind, cfg = job.kind, job.config
     launch = open_launch(job, info, init_s)
     units, notes = kind.units(cfg, info.world, job.meta)
+    todo = [u for u in units if unit_key(u) not in job.skip]
     if launch.oversubscribed:
         notes = [*notes, launch.oversubscribed_note]
     key = job.launch_key or str(info.world)
+    run_dir = Path(cfg.out) / cfg.name / launch.run_id
     writer = live = None
     if info.rank == 0:
         writer = RunWriter(cfg.out, cfg.name, launch.run_id, part_prefix=job.part_prefix or f"w{info.world}-")
         start_meta(writer, launch, key, {"cases": len(units), "notes": notes})
         live = kind.live()
-        live.start(launch, units)
+        live.start(launch, todo)
     launch.tel = telemetry.start(job, info, writer)
+    dog = Watchdog(info.rank)
+    progress = Progress(len(todo)) if info.rank == 0 else None
     rows = wrong = 0
 
-    def keep(tables: dict):
+    def keep(tables: dict, done_key: str | None):
         nonlocal rows, wrong
         writer.write_case(tables)
         live.done(tables)
         results = tables.get("results", [])
         rows += len(results)
         wrong += sum(int(r.get("wrong") or 0) for r in results)
+        if done_key:
+            writer.update_meta(lambda m: _mark_done(m, key, done_key))
 
     try:
-        for i, unit in enumerate(units, 1):
+        for i, unit in enumerate(todo, 1):
+            k = unit_key(unit)
+            _fault(i, info.rank)
+            _note_progress(run_dir, info.rank, i, k, "entered")
             if live:
-                live.unit(unit, i, len(units))
-            tables = kind.measure(unit, launch)
+                live.unit(unit, i, len(todo))
+            dog.arm(k, case_limit_s(kind, cfg, unit))
+            try:
+                tables = kind.measure(unit, launch)
+            except Exception as e:  # noqa: BLE001 - name the unit, keep the cause
+                raise CaseError(f"case {k} failed on rank {info.rank}: {type(e).__name__}: {e}") from e
+            dog.disarm()
             if writer:
-                keep(tables)
+                keep(tables, k)
+                progress.tick()
         extra = kind.after_units(cfg, launch) if kind.after_units else None
         if writer and extra:
-            keep(extra)
+            keep(extra, None)
     finally:
+        dog.disarm()
         launch.tel.close()
     if writer:
-        finish_meta(writer, key, rows=rows, wrong=wrong, units_done=len(units))
+        finish_meta(writer, key, rows=rows, wrong=wrong)
     wrong = launch.comm.reduce_sum(wrong)
     return {"run_id": launch.run_id, "wrong": wrong, "dir": str(writer.dir) if writer else None}
+
+
+def _mark_done(m: dict, key: str, done_key: str) -> dict:
+    launches = dict(m.get("launches", {}))
+    entry = dict(launches.get(key, {}))
+    entry["done"] = [*entry.get("done", []), done_key]
+    launches[key] = entry
+    return {**m, "launches": launches}
+
+
+class Progress:
+    """Elapsed time and an ETA on rank 0's stderr as units finish (only when stderr is a terminal)."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.t0 = total, 0, time.monotonic()
+        self.on = sys.stderr.isatty()
+
+    def tick(self):
+        self.done += 1
+        if not self.on:
+            return
+        el = time.monotonic() - self.t0
+        eta = el / self.done * (self.total - self.done)
+        end = "\n" if self.done == self.total else ""
+        print(f"\r[{self.done}/{self.total}] elapsed {el:.0f} s, ETA {eta:.0f} s   ", end=end, file=sys.stderr,
+              flush=True)

@@ -1,19 +1,34 @@
 """The launcher side of a run: every launch of the plan (one run id, one results directory),
 then the kind's finishing step, the merge of the parts, and the closing summary, printed from
-the stored run by the same code under elastic_launch, torchrun and srun."""
+the stored run by the same code under elastic_launch, torchrun and srun.
 
+Faults end as one message that names the rank, the signal or exception, and the case; the
+finished cases stay on disk and `--resume RUN_ID` continues the run. Ctrl-C / SIGTERM: exit 130,
+the run marked interrupted. `--keep-going`: after a failed case, a fresh launch from the next.
+"""
+
+import json
 import logging
 import os
+import signal
 import sys
 from contextlib import contextmanager
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from bench.distributed.env import launcher, torch_env
 from bench.distributed.launch import launch, launched_externally
-from bench.distributed.session import Job
+from bench.distributed.session import Job, plain
+from bench.errors import BenchError
 from bench.harness.kind import Kind, Plan
-from bench.harness.rank import worker_main
+from bench.harness.rank import CASE_TIMEOUT_EXIT, worker_main
 from bench.results.metadata import git_info, new_run_id, utc_now
 from bench.results.store import RunWriter, load_run
+
+INTERRUPTED_EXIT = 130
+RESUME_IGNORES = ("keep_going", "case_timeout_s")  # may change between a run and its resumption
 
 
 @contextmanager
@@ -42,34 +57,159 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def run(kind: Kind, cfg, backend: str, plan: Plan) -> int:
-    """Exit code: 0 ok, 1 wrong results or a failed rank."""
+def meaningful_line(message: str) -> str:
+    """The last line of a traceback that says what went wrong ('ValueError: ...'), else the first."""
+    lines = [ln.strip() for ln in str(message).strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if not ln.startswith(("File ", "Traceback", "^", "~", "[")) and ":" in ln:
+            return ln
+    return lines[0] if lines else ""
+
+
+def _progress(run_dir: Path | None) -> dict[int, dict]:
+    out = {}
+    for f in sorted((run_dir / ".progress").glob("rank*.json")) if run_dir else []:
+        try:
+            p = json.loads(f.read_text())
+            out[int(p["rank"])] = p
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+def failed_unit(run_dir: Path | None) -> str | None:
+    prog = _progress(run_dir)
+    return max(prog.values(), key=lambda p: p["index"])["unit"] if prog else None
+
+
+def describe_failure(e: BaseException, world: int, run_dir: Path | None) -> str:
+    """One line: which rank, which signal or exception (its last meaningful line), in which case,
+    and which ranks never arrived at that case."""
+    prog = _progress(run_dir)
+    where = ""
+    if prog:
+        last = max(prog.values(), key=lambda p: p["index"])
+        behind = sorted(r for r in range(world) if prog.get(r, {}).get("index", 0) < last["index"])
+        where = f" during case {last['unit']}"
+        if behind:
+            where += f"; rank(s) {', '.join(map(str, behind))} never arrived at it"
+    if not isinstance(e, ChildFailedError):
+        return f"{first_line(e)}{where}"
+    rank, f = e.get_first_failure()
+    if f.exitcode < 0:
+        try:
+            sig = signal.Signals(-f.exitcode).name
+        except ValueError:
+            sig = f"signal {-f.exitcode}"
+        what = f"was killed by {sig}"
+        if sig == "SIGABRT":
+            what += " (gloo aborts a process when ranks pass different sizes or the group breaks)"
+        elif sig == "SIGKILL":
+            what += " (killed from outside, e.g. the OOM killer)"
+    else:
+        msg = f.message.get("message", json.dumps(f.message)) if isinstance(f.message, dict) else str(f.message or "")
+        reason = meaningful_line(msg) if msg and "To enable traceback" not in msg else ""
+        what = f"exited with code {f.exitcode}" + (f": {reason}" if reason else "")
+        if f.exitcode == CASE_TIMEOUT_EXIT:
+            what = f"hung: {reason}" if reason else "hung (exceeded its case wall-clock limit)"
+    return f"rank {rank} {what}{where}"
+
+
+def _resume_state(kind: Kind, cfg, run_id: str) -> tuple[Path, frozenset, dict]:
+    """(run dir, unit keys already done, its meta) for --resume; a changed config is refused."""
+    run_dir = Path(cfg.out) / cfg.name / run_id
+    if not (run_dir / "meta.json").exists():
+        runs = sorted(p.name for p in (Path(cfg.out) / cfg.name).glob("*") if (p / "meta.json").exists())
+        raise BenchError(f"--resume {run_id}: no run '{run_id}' under {Path(cfg.out) / cfg.name}; "
+                         f"runs there: {', '.join(runs[-5:]) or 'none'}")
+    meta = RunWriter.at(run_dir).read_meta()
+    if meta.get("kind") != kind.name:
+        raise BenchError(f"--resume {run_id}: that run is of kind '{meta.get('kind')}', not '{kind.name}'")
+    was, now = meta.get("config", {}), json.loads(json.dumps(plain(cfg)))
+    diff = [f"{k}: was {was.get(k)!r}, now {now.get(k)!r}" for k in sorted(set(was) | set(now))
+            if k not in RESUME_IGNORES and was.get(k) != now.get(k)]
+    if diff:
+        raise BenchError(f"--resume {run_id}: the configuration changed ({'; '.join(diff)}); "
+                         "resume with the same options, or start a new run")
+    done = frozenset(k for launch_ in meta.get("launches", {}).values() for k in launch_.get("done", []))
+    return run_dir, done, meta
+
+
+def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) -> int:
+    """Exit code: 0 ok, 1 wrong results or a failed rank, 130 interrupted."""
     meta = {"command_line": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]), "started_utc": utc_now(),
             "cwd": os.getcwd(), "launcher": launcher(os.environ) or "elastic_launch", **git_info(), **plan.meta}
-    if launched_externally():  # torchrun / srun started the ranks: this process is one of them
+    if launched_externally():  # torchrun / srun / mpirun started the ranks: this process is one of them
         lp = plan.launches[0]
         res = worker_main(Job(kind=kind, config=lp.config, backend=backend, world=lp.world, run_id=None, meta=meta))
         if not is_rank_zero():
             return 1 if res["wrong"] else 0
         return close_run(kind, cfg, res["dir"], res["wrong"])
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
-    run_id = new_run_id()
+    _quiet_torch_launcher_logs()
+    skip: frozenset = frozenset()
+    if resume:
+        run_dir, skip, old = _resume_state(kind, cfg, resume)
+        run_id = resume
+        meta = {k: v for k, v in meta.items() if k not in ("started_utc", "command_line")}
+        RunWriter.at(run_dir).update_meta(lambda m: {**m, "state": "running", "resumed": [
+            *m.get("resumed", []), {"utc": utc_now(), "command_line": " ".join(sys.argv), "done_before": len(skip)}]})
+    else:
+        run_id = new_run_id()
+        run_dir = Path(cfg.out) / cfg.name / run_id
     wrong, out_dir = 0, None
     for lp in plan.launches:
-        job = Job(kind=kind, config=lp.config, backend=backend, world=lp.world, run_id=run_id, meta=meta,
-                  launch_key=lp.key, part_prefix=lp.part_prefix)
-        try:
-            with env_changes(lp.env):
-                results = launch(worker_main, (job,), nproc=lp.world)
-        except Exception as e:  # noqa: BLE001 - a rank died: say which, keep what was written
-            setting = f" with {lp.env}" if lp.env else ""
-            print(f"distbench: a rank failed at world {lp.world}{setting}: {first_line(e)}", file=sys.stderr)
-            if out_dir:
-                RunWriter.at(out_dir).finalize()
-            return 1
+        while True:
+            job = Job(kind=kind, config=lp.config, backend=backend, world=lp.world, run_id=run_id, meta=meta,
+                      launch_key=lp.key, part_prefix=lp.part_prefix + (f"r{len(skip)}-" if skip else ""), skip=skip)
+            try:
+                with env_changes(lp.env):
+                    results = launch(worker_main, (job,), nproc=lp.world)
+            except (KeyboardInterrupt, SignalException):
+                return _stop(kind, run_dir, "interrupted", f"distbench: interrupted; finished cases are kept in "
+                             f"{run_dir}; continue with: distbench {kind.name} --resume {run_id} (same options)",
+                             INTERRUPTED_EXIT)
+            except Exception as e:  # noqa: BLE001 - a rank failed: say which and why, keep what was written
+                setting = f" with {lp.env}" if lp.env else ""
+                print(f"distbench: a rank failed at world {lp.world}{setting}: {describe_failure(e, lp.world, run_dir)}",
+                      file=sys.stderr)
+                bad = failed_unit(run_dir)
+                if cfg.keep_going and bad and bad not in skip:
+                    RunWriter.at(run_dir).update_meta(lambda m: {**m, "failed_units": [*m.get("failed_units", []), bad]})
+                    skip = skip | {bad} | _done(run_dir)
+                    print(f"distbench: --keep-going: skipping {bad}, continuing in a fresh launch", file=sys.stderr)
+                    continue
+                return _stop(kind, run_dir, "failed", f"distbench: finished cases are kept in {run_dir}; after fixing "
+                             f"the cause, continue with: distbench {kind.name} --resume {run_id} (same options)", 1)
+            break
         wrong += results[0]["wrong"]
         out_dir = results[0]["dir"]
     return close_run(kind, cfg, out_dir, wrong)
+
+
+def _quiet_torch_launcher_logs():
+    """The elastic agent logs each failure as a traceback banner; we report it ourselves, in one line."""
+    import torch.distributed.elastic.agent.server.api  # noqa: F401  (creates its loggers now)
+    import torch.distributed.elastic.multiprocessing.api  # noqa: F401
+
+    names = [n for n in logging.root.manager.loggerDict if n.startswith(("torch.distributed.elastic",
+                                                                         "torch.multiprocessing"))]
+    for name in {"torch.distributed.elastic", "torch.multiprocessing", *names}:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _done(run_dir: Path) -> frozenset:
+    meta = RunWriter.at(run_dir).read_meta()
+    return frozenset(k for launch_ in meta.get("launches", {}).values() for k in launch_.get("done", []))
+
+
+def _stop(kind: Kind, run_dir: Path, state: str, message: str, code: int) -> int:
+    """A run that ends early: merge what finished, mark the state, say how to go on."""
+    if (run_dir / "meta.json").exists():
+        w = RunWriter.at(run_dir)
+        w.finalize()
+        w.update_meta(lambda m: {**m, "state": state, "ended_utc": utc_now()})
+    print(message, file=sys.stderr)
+    return code
 
 
 def close_run(kind: Kind, cfg, out_dir, wrong: int) -> int:
@@ -78,7 +218,9 @@ def close_run(kind: Kind, cfg, out_dir, wrong: int) -> int:
         return 1 if wrong else 0
     if kind.finish:
         kind.finish(out_dir, cfg)
-    RunWriter.at(out_dir).finalize()
+    w = RunWriter.at(out_dir)
+    w.finalize()
+    w.update_meta(lambda m: {**m, "state": "complete", "ended_utc": utc_now()})
     text = kind.summary(load_run(out_dir))
     if text:
         print(text, flush=True)
@@ -86,3 +228,23 @@ def close_run(kind: Kind, cfg, out_dir, wrong: int) -> int:
     if wrong:
         print(f"distbench: {wrong} wrong element(s): results were written, but the check failed", file=sys.stderr)
     return 1 if wrong else 0
+
+
+def dry_run(kind: Kind, cfg, plan: Plan) -> int:
+    """The planned launches, units and sizes, and an estimated duration; writes nothing."""
+    total, unknown = 0.0, 0
+    for lp in plan.launches:
+        with env_changes(lp.env):
+            units, notes = kind.units(lp.config, lp.world, plan.meta)
+        print(f"# launch: world {lp.world}{' ' + json.dumps(lp.env) if lp.env else ''}: {len(units)} case(s)")
+        for u in units:
+            est = kind.estimate_s(lp.config, u)
+            total += est or 0.0
+            unknown += est is None
+            print(f"  {u.key}" + (f"  ~{est:.2f} s" if est else ""))
+        for n in notes:
+            print(f"# note: {n}")
+    print(f"# estimated duration: {total:.1f} s of timed work (from the per-size budgets"
+          + (f"; {unknown} case(s) without an estimate" if unknown else "")
+          + "), plus start-up (a few seconds per launch); nothing was written")
+    return 0

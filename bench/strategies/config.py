@@ -29,6 +29,10 @@ class CaseSpec:
         return "micro-batch" if self.micro_batch else "mini-batch"
 
     @property
+    def key(self) -> str:  # the harness's unit key
+        return self.case_id
+
+    @property
     def case_id(self) -> str:
         bal = "-".join(map(str, self.balance)) or "even"
         return (f"{self.strategy}.{self.model}.w{self.world}.m{self.chunks}.{self.schedule or 'none'}."

@@ -20,7 +20,7 @@ def rank_main(info, sizes: list[int], repeats: int, interval_s: float, budget_s:
     import torch
 
     from bench.collectives import REGISTRY, Ctx
-    from bench.collectives.runner import Comm, warm_communicator
+    from bench.distributed.comm import Comm, warm_communicator
     from bench.telemetry import Telemetry
     from bench.timing.loop import LoopSpec, measure
     from bench.timing.stats import completion_times

@@ -1,0 +1,399 @@
+"""Resources checked before a sweep starts (issue 11): memory for the largest case, ranks for the
+host's cores and open-file limit, and a writable results root with free space.
+
+Everything here is pure or takes the machine's numbers as arguments (defaults read from the
+machine), so tests fake them. A check that fails raises BenchError with a one-line message: what
+needs how much, what is there, and what would fit. A soft problem returns a warning string.
+
+The memory estimates are upper bounds of what one rank allocates at its peak, from the buffers
+the code allocates (bench/collectives/*.py setup/expected, bench/allreduce/kind.py,
+bench/strategies/*): they are meant to refuse a sweep that cannot fit, not to predict RSS.
+Each rank also pays a fixed cost (the torch runtime, the CUDA context): RANK_OVERHEAD_BYTES.
+"""
+
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from bench.errors import BenchError
+
+GiB = 1024**3
+MiB = 1024**2
+
+# Fixed per-rank cost on top of the buffers: torch + gloo in a CPU process (~250 MiB RSS measured
+# on torch 2.x), a CUDA context on a GPU (~500 MiB).
+RANK_OVERHEAD_BYTES = {"cpu": 256 * MiB, "cuda": 512 * MiB}
+
+# ---- collectives --------------------------------------------------------------------------------
+
+# Per-rank bytes of one case, in units of S (the total-array bytes of the case, nccl-tests' size)
+# and S / world (one shard): (timed_const, timed_per_shard, checked_const, checked_per_shard).
+#   timed   = the buffers setup() allocates (held while the timed loop runs);
+#   checked = a check's fresh setup() + the result copy (torch.cat of a list output) + the
+#             expected tensor, at its transient peak (gathered_values / torch.cat of w pieces hold
+#             the pieces and the result: 2 S).
+# Rooted collectives are counted at the root (the rank that holds the most). The checked phase
+# also compares got != want: one byte per element (added separately). Read from each file's
+# setup()/result()/expected(); a collective not in the table gets DEFAULT_FACTORS (generous).
+COLLECTIVE_FACTORS = {
+    "broadcast": (1, 0, 2, 0),  # buf S; expected S
+    "reduce": (1, 0, 2, 0),  # buf S; expected S (root)
+    "all_reduce": (1, 0, 2, 0),  # buf S; expected S
+    "all_gather": (1, 1, 4, 1),  # shard + w shards; + cat S + expected (pieces + cat) 2 S
+    "all_gather_single": (1, 1, 3, 1),  # out S + shard; + expected 2 S (the result is the out buffer)
+    "gather": (1, 1, 4, 1),  # root: shard + w shards; + cat S + expected 2 S
+    "all_to_all": (2, 0, 5, 0),  # w input shards S + w output shards S; + cat S + expected 2 S
+    "all_to_all_single": (2, 0, 4, 0),  # input S (cat of w pieces) + out S; + expected 2 S
+    "reduce_scatter": (1, 1, 1, 2),  # w input chunks S + out shard; + expected shard
+    "reduce_scatter_single": (1, 1, 1, 2),
+    "scatter": (1, 1, 1, 2),  # root: w chunks S + out shard; + expected shard
+    "sendrecv": (2, 0, 3, 0),  # in S + out S; + expected S
+    "barrier": (0, 0, 0, 0),
+}
+DEFAULT_FACTORS = (2, 1, 5, 1)
+
+
+def _elem_bytes(dtype: str) -> int:
+    import torch
+
+    from bench.units import parse_dtype
+
+    return torch.empty((), dtype=parse_dtype(dtype)).element_size()
+
+
+def collective_case_bytes(collective: str, size_bytes: int, elem_bytes: int, world: int, check: int = 1) -> int:
+    """Per-rank peak bytes of one collective case at total-array size S = size_bytes (see
+    COLLECTIVE_FACTORS): S x (c + p / world), plus one byte per element when checked."""
+    tc, tp, cc, cp = COLLECTIVE_FACTORS.get(collective, DEFAULT_FACTORS)
+    c, p = (cc, cp) if check else (tc, tp)
+    need = size_bytes * c + size_bytes * p / max(world, 1)
+    if check and c:
+        need += size_bytes // max(elem_bytes, 1)  # the got != want mask
+    return int(math.ceil(need))
+
+
+def collectives_bytes_per_rank(cfg, world: int, sizes=None) -> tuple[int, str]:
+    """(bytes, label) of the case that needs the most memory per rank, over the config's
+    collectives, dtypes and sizes (or `sizes`, bytes) at this world. Sizes are the requested
+    total-array bytes (rounding to whole elements and shards only shrinks them)."""
+    from bench.units import format_size
+
+    sizes = list(cfg.size_list()) if sizes is None else list(sizes)
+    best, label = 0, "nothing"
+    for name in cfg.collective_names():
+        for dtype in cfg.dtypes:
+            e = _elem_bytes(dtype)
+            for s in sizes:
+                b = collective_case_bytes(name, s, e, world, cfg.check)
+                if b > best:
+                    best, label = b, f"{name} {dtype} at {format_size(s)}B, world {world}"
+    return best, label
+
+
+# ---- allreduce algorithms -----------------------------------------------------------------------
+
+# The exact input pattern is built from an int64 index over the whole array with int64/float64
+# temporaries (bench.collectives.base.reduce_values / reduce_expected, not tiled here): about
+# 8 B (index) + 4 x 8 B (temporaries) per element at the peak of building inputs and expected.
+PATTERN_BYTES_PER_ELEMENT = 40
+RING_DEPTH = 4  # bench.allreduce.ring.DEPTH: chunk-sized receive buffers in flight
+
+
+def allreduce_scratch(algorithm: str, size_bytes: int, world: int, chunk_bytes: int) -> int:
+    """Receive buffers an algorithm keeps (grow-only, across sizes: Algorithm.scratch):
+    star's root (world - 1) x S, tree and halving_doubling S, ring RING_DEPTH chunks, native 0."""
+    if algorithm == "star":
+        return (world - 1) * size_bytes
+    if algorithm in ("tree", "halving_doubling"):
+        return size_bytes
+    if algorithm == "ring":
+        return min(size_bytes, RING_DEPTH * max(chunk_bytes, 1))
+    if algorithm == "native":
+        return 0
+    return size_bytes  # an algorithm added later: one S
+
+
+def allreduce_case_bytes(algorithms, size_bytes: int, elem_bytes: int, world: int, chunk_bytes: int,
+                         check: int = 1) -> int:
+    """Per-rank peak bytes of one allreduce block (every algorithm at one size), bench/allreduce/kind.py:
+    inputs S + expected S (when checked) + working copy S (x = inputs.clone()) + the scratch every
+    algorithm run so far keeps + the compare mask (1 B / element), or, while the pattern is built,
+    inputs + expected + PATTERN_BYTES_PER_ELEMENT x count; the larger of the two."""
+    count = max(size_bytes // max(elem_bytes, 1), 1)
+    kept = size_bytes * (2 if check else 1)
+    scratch = sum(allreduce_scratch(a, size_bytes, world, chunk_bytes) for a in algorithms)
+    timed = kept + size_bytes + scratch + (count if check else 0)
+    building = kept + PATTERN_BYTES_PER_ELEMENT * count
+    return max(timed, building)
+
+
+def allreduce_bytes_per_rank(cfg, world: int, sizes=None) -> tuple[int, str]:
+    """(bytes, label) of the largest allreduce block of the config at this world."""
+    from bench.units import format_size
+
+    sizes = list(cfg.size_list()) if sizes is None else list(sizes)
+    algs = cfg.algorithm_names()
+    best, label = 0, "nothing"
+    for dtype in cfg.dtypes:
+        e = _elem_bytes(dtype)
+        for s in sizes:
+            b = allreduce_case_bytes(algs, s, e, world, cfg.chunk(), cfg.check)
+            if b > best:
+                best, label = b, f"allreduce ({', '.join(algs)}) {dtype} at {format_size(s)}B, world {world}"
+    return best, label
+
+
+# ---- training strategies ------------------------------------------------------------------------
+
+PARAM_BYTES = 4  # every reference model is float32
+# Optimizer state per parameter, bytes: bench/strategies/base.py and pp.py use torch.optim.SGD
+# without momentum (no state); momentum would keep one buffer, Adam two (exp_avg, exp_avg_sq).
+OPTIMIZER = "sgd"
+OPTIMIZER_STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8}
+# Saved activations per token and block, in units of width (GPT): ln1 in/out, q, k, v, attention
+# out and its reshape, out-proj, residual, ln2 out, up (4), gelu (4), down, residual ~ 20.
+GPT_ACTS_PER_BLOCK = 20
+GPT_ACTS_PER_VOCAB = 3  # logits, log-softmax, their gradient
+MLP_ACTS_PER_BLOCK = 2  # Linear out, GELU out
+
+
+def model_params(spec) -> int:
+    """Parameter count of a preset (bench.workloads.models.build_model), in closed form."""
+    w, d = spec.width, spec.depth
+    if spec.family == "mlp":
+        return d * (w * w + w)
+    block = 4 * (w * w + w) + 2 * 2 * w + (w * 4 * w + 4 * w) + (4 * w * w + w)  # attn, 2 LN, up, down
+    return spec.vocab * w + spec.seq * w + d * block + 2 * w + w * spec.vocab
+
+
+def activation_bytes(spec, batch: float) -> int:
+    """Saved activations of one forward at `batch` samples (float32):
+    MLP: batch x width x depth x MLP_ACTS_PER_BLOCK x 4 B;
+    GPT: batch x seq x (width x depth x GPT_ACTS_PER_BLOCK + vocab x GPT_ACTS_PER_VOCAB) x 4 B.
+    Attention scores (heads x seq^2) are not counted: SDPA's fused kernels do not keep them."""
+    if spec.family == "mlp":
+        per_sample = spec.width * (spec.depth * MLP_ACTS_PER_BLOCK + 1)
+    else:
+        per_sample = spec.seq * (spec.width * spec.depth * GPT_ACTS_PER_BLOCK + spec.vocab * GPT_ACTS_PER_VOCAB)
+    return int(math.ceil(batch * per_sample * PARAM_BYTES))
+
+
+def strategy_bytes_per_rank(spec, strategy: str, batch: int, world: int, check: bool = True,
+                            optimizer: str = OPTIMIZER) -> int:
+    """Rough per-rank peak bytes of one training case (rank 0, the most loaded):
+
+        states(P) = P x (4 B params + 4 B grads + optimizer state: 0 B SGD, 8 B Adam)
+        A(b)      = activation_bytes(spec, b)
+
+        dp, layer (one process): states(P) + A(batch)
+        ddp:  states(P) + 4 B x P (gradient buckets) + A(batch / world)
+        fsdp: states(P) / world + 8 B x P / depth (one block gathered) + A(batch / world)
+        tp:   states(P) / world + A(batch) / world  (sharded layers dominate the activations)
+        pp:   states(P) / world + A(batch) / world  (GPipe keeps every micro-batch of its stage;
+              1F1B fewer: an upper bound)
+        other strategies: as dp
+
+    plus, with check (the single-process reference on rank 0, base.reference_check): a full
+    model and its gradients on the global batch, and the gathered gradients: 12 B x P + A(batch)."""
+    p = model_params(spec)
+    states = p * (2 * PARAM_BYTES + OPTIMIZER_STATE_BYTES[optimizer])
+    w = max(world, 1)
+    if strategy == "ddp":
+        need = states + PARAM_BYTES * p + activation_bytes(spec, batch / w)
+    elif strategy == "fsdp":
+        need = states / w + 2 * PARAM_BYTES * p / max(spec.depth, 1) + activation_bytes(spec, batch / w)
+    elif strategy in ("tp", "pp"):
+        need = states / w + activation_bytes(spec, batch) / w
+    else:
+        need = states + activation_bytes(spec, batch)
+    if check:
+        need += 3 * PARAM_BYTES * p + activation_bytes(spec, batch)
+    return int(math.ceil(need))
+
+
+def training_bytes_per_rank(cases, check: bool = True) -> tuple[int, str]:
+    """(bytes, label) of the case that needs the most, over strategies CaseSpecs (one world)."""
+    from bench.workloads.models import get_spec
+
+    best, label = 0, "nothing"
+    for c in cases:
+        b = strategy_bytes_per_rank(get_spec(c.model), c.strategy, c.batch, c.world, check)
+        if b > best:
+            best, label = b, f"{c.strategy} on {c.model}, batch {c.batch}, world {c.world}"
+    return best, label
+
+
+# ---- the machine ---------------------------------------------------------------------------------
+
+def _cgroup_available() -> int | None:
+    """memory.max - memory.current of this process's cgroup (v2), when limited; else None."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()), 0)
+    except (OSError, ValueError):
+        return None
+
+
+def free_memory_bytes(device="cpu") -> int:
+    """Free memory for the ranks: host memory available (psutil; the cgroup's headroom when that is
+    smaller) for a CPU device, torch.cuda.mem_get_info's free bytes for a CUDA device."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev.index if dev.index is not None else 0)[0])
+    import psutil
+
+    avail = int(psutil.virtual_memory().available)
+    cg = _cgroup_available()
+    return min(avail, cg) if cg is not None else avail
+
+
+def ranks_per_memory(world: int, device="cpu") -> int:
+    """Ranks that share one memory: every rank of a self-launch on the host, or the ranks per GPU."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        n = max(torch.cuda.device_count(), 1)
+        return max(1, math.ceil(world / n))
+    return world
+
+
+def gib(n: float) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def check_fits(need_per_rank: int, ranks_on_host: int, free: int, what: str, sizes_that_fit=(),
+               overhead_per_rank: int = 0):
+    """BenchError (one line) when ranks_on_host x (need_per_rank + overhead_per_rank) > free:
+    what needs how much, what is free, and the largest sizes that fit (`sizes_that_fit`, strings,
+    smallest first; the last three are named)."""
+    per = need_per_rank + overhead_per_rank
+    total = per * max(ranks_on_host, 1)
+    if total <= free:
+        return
+    fit = list(sizes_that_fit)
+    hint = f"largest that fit: {', '.join(fit[-3:])}" if fit else "nothing in this sweep fits"
+    raise BenchError(f"{what} needs {gib(per)} per rank x {ranks_on_host} rank(s) = {gib(total)}, but only "
+                     f"{gib(free)} is free; {hint}")
+
+
+def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = None,
+                ranks_on_host: int | None = None, overhead_per_rank: int | None = None):
+    """Refuse a launch whose largest case cannot fit in free memory (host for CPU ranks, one GPU
+    for CUDA ranks), naming the largest sizes (collectives, allreduce) or batches (strategies,
+    pipeline) that fit. `free`, `ranks_on_host`, `overhead_per_rank` default to this machine's."""
+    import torch
+
+    from bench.units import format_size
+
+    dtype = torch.device(device).type
+    free = free_memory_bytes(device) if free is None else free
+    ranks = ranks_per_memory(world, device) if ranks_on_host is None else ranks_on_host
+    over = RANK_OVERHEAD_BYTES.get(dtype, RANK_OVERHEAD_BYTES["cpu"]) if overhead_per_rank is None else overhead_per_rank
+    budget = free / max(ranks, 1) - over
+
+    if kind in ("collectives", "allreduce"):
+        est = collectives_bytes_per_rank if kind == "collectives" else allreduce_bytes_per_rank
+        need, label = est(cfg, world)
+        sizes = sorted(set(cfg.size_list()))
+        fit = [f"{format_size(s)}B" for s in sizes if est(cfg, world, [s])[0] <= budget]
+        check_fits(need, ranks, free, f"the largest case ({label})", fit, over)
+    elif kind in ("strategies", "pipeline"):
+        if kind == "strategies":
+            from bench.strategies.config import expand_strategies as expand
+        else:
+            from bench.pipeline.config import expand_pipeline as expand
+        cases = [c for c in expand(cfg)[0] if c.world == world]
+        if not cases:
+            return
+        need, label = training_bytes_per_rank(cases, bool(cfg.check))
+        fit = []
+        b = max(c.batch for c in cases)
+        while b >= 1 and not fit:
+            b //= 2
+            if b and training_bytes_per_rank([_with_batch(c, b) for c in cases], bool(cfg.check))[0] <= budget:
+                fit = [f"batch {b}"]
+        check_fits(need, ranks, free, f"the largest case ({label})", fit, over)
+
+
+def _with_batch(case, batch: int):
+    import dataclasses
+
+    return dataclasses.replace(case, batch=batch)
+
+
+# ---- ranks, files, ports ------------------------------------------------------------------------
+
+MAX_RANKS_PER_CORE = 8  # beyond this many ranks per core a launch is refused, beyond 1 warned
+FD_BASE = 64  # per process: interpreter, torch libraries, pipes, the store, telemetry
+FD_PER_PEER = 8  # per process and peer: gloo's pair socket(s), store connections, slack
+
+
+def fds_needed(world: int) -> int:
+    """Open files one process of a launch needs (the soft RLIMIT_NOFILE is per process):
+    FD_BASE + FD_PER_PEER x world. Each gloo rank holds a socket per peer; the launcher's TCPStore
+    holds a connection per rank and a pipe pair per child. Over the host that is about
+    FD_PER_PEER x world^2 in all (world processes of FD_PER_PEER x world each)."""
+    return FD_BASE + FD_PER_PEER * world
+
+
+def _nofile() -> tuple[int, int]:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft, hard
+
+
+def check_ranks(world: int, cores: int | None = None, fd_limit: int | tuple[int, int] | None = None) -> str | None:
+    """Refuse (BenchError) a launch of `world` ranks on this host beyond MAX_RANKS_PER_CORE x cores,
+    or needing more open files per process than the limit allows; warn (returns the line) beyond
+    one rank per core. `fd_limit`: the soft limit, or (soft, hard); default resource.getrlimit."""
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    if fd_limit is None:
+        fd_limit = _nofile()
+    soft, hard = fd_limit if isinstance(fd_limit, tuple) else (fd_limit, fd_limit)
+    if world > MAX_RANKS_PER_CORE * cores:
+        raise BenchError(f"world {world} is far beyond this host's {cores} core(s) (at most "
+                         f"{MAX_RANKS_PER_CORE * cores} ranks, {MAX_RANKS_PER_CORE} per core); use fewer ranks or more nodes")
+    need = fds_needed(world)
+    if need > soft:
+        raise_to = "" if need > hard else f"; raise it with `ulimit -n {min(hard, max(need * 2, 1024))}`"
+        raise BenchError(f"world {world} needs about {need} open files per process, but the limit is {soft} "
+                         f"(hard {hard}){raise_to or '; use fewer ranks per node'}")
+    if world > cores:
+        return (f"world {world} on {cores} core(s): ranks share cores (oversubscribed), "
+                "times include scheduling noise")
+    return None
+
+
+# ---- the results root ---------------------------------------------------------------------------
+
+MIN_FREE_DISK_BYTES = 50 * MiB
+
+
+def check_writable(out_root, min_free: int = MIN_FREE_DISK_BYTES, disk_usage=shutil.disk_usage) -> Path:
+    """The results root exists or can be created, a file can be written in it, and its file system
+    has at least `min_free` bytes free; else BenchError naming the path. Returns the root."""
+    root = Path(out_root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as e:
+        raise BenchError(f"results directory '{root}' cannot be created: {e.strerror or e}") from None
+    if not root.is_dir():
+        raise BenchError(f"results directory '{root}' is not a directory")
+    try:
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".distbench-write-test-") as f:
+            f.write(b"ok")
+            f.flush()
+    except OSError as e:
+        raise BenchError(f"results directory '{root}' is not writable: {e.strerror or e}") from None
+    free = disk_usage(root).free
+    if free < min_free:
+        raise BenchError(f"results directory '{root}' has {free / MiB:.1f} MiB free; at least "
+                         f"{min_free / MiB:.0f} MiB is needed")
+    return root
