@@ -1,0 +1,173 @@
+"""Resource checks before a sweep (issue 11), with faked machine numbers."""
+
+import os
+from collections import namedtuple
+
+import pytest
+import torch
+
+from bench.allreduce.config import AllreduceConfig
+from bench.collectives import REGISTRY, Ctx
+from bench.collectives.config import CollectivesConfig
+from bench.errors import BenchError
+from bench.harness import resources as R
+from bench.pipeline.config import PipelineConfig
+from bench.strategies.config import StrategiesConfig
+from bench.workloads.models import PRESETS, build_model
+
+GiB = 1024**3
+
+
+def _tensors(x):
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _tensors(y)]
+    return [x]
+
+
+def _bytes(*xs) -> int:
+    """Bytes of the distinct storages behind the tensors (a view or a shared buffer counts once)."""
+    seen = {}
+    for t in (t for x in xs for t in _tensors(x)):
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = st.nbytes()
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("name", [c.name for c in REGISTRY if c.sized])
+@pytest.mark.parametrize("world", [2, 3])
+def test_collective_estimate_covers_the_real_buffers(name, world):
+    coll = REGISTRY.get(name)
+    count = 2**16 * world
+    for rank in range(world):
+        for inplace in (False, True) if "in-place" in coll.placements else (False,):
+            c = Ctx(rank=rank, world=world, count=count, dtype=torch.float32, device=torch.device("cpu"),
+                    op="sum" if coll.reduces else None, inplace=inplace)
+            b = coll.setup(c)
+            held = _bytes(b.inputs, b.outputs)
+            actual = _bytes(b.inputs, b.outputs, coll.result(c, b), coll.expected(c))
+            est = R.collective_case_bytes(name, count * 4, 4, world, check=1)
+            assert actual <= est * 1.01, (name, rank, actual, est)  # storages round up to a pattern period
+            assert R.collective_case_bytes(name, count * 4, 4, world, check=0) * 1.01 >= held
+
+
+def test_collectives_largest_case_names_collective_and_size():
+    cfg = CollectivesConfig(collectives=("all_reduce", "all_to_all"), sizes=("1M", "64M"), dtypes=("float32",))
+    need, label = R.collectives_bytes_per_rank(cfg, 2)
+    assert need == R.collective_case_bytes("all_to_all", 64 * 2**20, 4, 2, 1)
+    assert "all_to_all" in label and "64M" in label
+
+
+def test_sweep_that_cannot_fit_is_refused_naming_sizes_that_fit():
+    cfg = CollectivesConfig(collectives=("all_reduce",), min_bytes="1M", max_bytes="8G", world=(2,))
+    with pytest.raises(BenchError) as e:
+        R.check_sweep("collectives", cfg, 2, free=4 * GiB, ranks_on_host=2, overhead_per_rank=0)
+    msg = str(e.value)
+    assert "\n" not in msg and "all_reduce" in msg and "8G" in msg and "4.00 GiB" in msg
+    # 2 ranks x (2 S + S/4) <= 4 GiB  ->  S <= 0.888 GiB: 512M is the largest power of two
+    assert "largest that fit: 128MB, 256MB, 512MB" in msg
+    R.check_sweep("collectives", CollectivesConfig(collectives=("all_reduce",), max_bytes="512M"), 2,
+                  free=4 * GiB, ranks_on_host=2, overhead_per_rank=0)  # fits: no error
+
+
+def test_nothing_fits_says_so():
+    cfg = CollectivesConfig(collectives=("all_gather",), sizes=("1G",))
+    with pytest.raises(BenchError, match="nothing in this sweep fits"):
+        R.check_sweep("collectives", cfg, 2, free=1 * GiB, ranks_on_host=2, overhead_per_rank=0)
+
+
+def test_allreduce_estimate_counts_star_scratch_and_pattern():
+    cfg = AllreduceConfig(algorithms=("star",), sizes=("64M",), world=(4,))
+    need, _ = R.allreduce_bytes_per_rank(cfg, 4)
+    s = 64 * 2**20
+    assert need >= 2 * s + s + 3 * s  # inputs, expected, working copy, star's (world-1) S scratch
+    native = AllreduceConfig(algorithms=("native",), sizes=("64M",), world=(4,))
+    assert R.allreduce_bytes_per_rank(native, 4)[0] == 2 * s + 40 * (s // 4)  # building the pattern dominates
+    with pytest.raises(BenchError, match="allreduce"):
+        R.check_sweep("allreduce", cfg, 4, free=1 * GiB, ranks_on_host=4, overhead_per_rank=0)
+
+
+@pytest.mark.parametrize("preset", ["mlp-tiny", "mlp-small", "gpt-tiny", "gpt-small"])
+def test_model_params_closed_form(preset):
+    spec = PRESETS[preset]
+    assert R.model_params(spec) == sum(p.numel() for p in build_model(spec, 0).parameters())
+
+
+def test_strategy_estimates_order_and_refusal():
+    spec = PRESETS["gpt-1b"]
+    ddp = R.strategy_bytes_per_rank(spec, "ddp", 8, 4, check=False)
+    fsdp = R.strategy_bytes_per_rank(spec, "fsdp", 8, 4, check=False)
+    dp = R.strategy_bytes_per_rank(spec, "dp", 8, 1, check=False)
+    assert fsdp < ddp and ddp > R.model_params(spec) * 8
+    assert dp > R.strategy_bytes_per_rank(spec, "pp", 8, 4, check=False)
+    assert R.strategy_bytes_per_rank(spec, "ddp", 8, 4, check=True) > ddp
+    assert R.OPTIMIZER == "sgd" and R.OPTIMIZER_STATE_BYTES["adam"] == 8
+    cfg = StrategiesConfig(strategies=("ddp",), models=("gpt-124m",), batch=64, world=(2,))
+    with pytest.raises(BenchError) as e:
+        R.check_sweep("strategies", cfg, 2, free=16 * GiB, ranks_on_host=2, overhead_per_rank=0)
+    assert "gpt-124m" in str(e.value) and "batch" in str(e.value)
+    small = StrategiesConfig(strategies=("ddp",), models=("mlp-tiny",), world=(2,))
+    R.check_sweep("strategies", small, 2, free=16 * GiB, ranks_on_host=2)
+
+
+def test_pipeline_check_sweep_fits_default():
+    R.check_sweep("pipeline", PipelineConfig(), 2, free=8 * GiB, ranks_on_host=2)
+
+
+def test_check_fits_message():
+    with pytest.raises(BenchError) as e:
+        R.check_fits(3 * GiB, 2, 4 * GiB, "the largest case (x)", ["1M", "2M", "4M", "8M"])
+    assert str(e.value) == ("the largest case (x) needs 3.00 GiB per rank x 2 rank(s) = 6.00 GiB, but only "
+                            "4.00 GiB is free; largest that fit: 2M, 4M, 8M")
+    R.check_fits(GiB, 2, 4 * GiB, "x")
+
+
+def test_free_memory_is_positive():
+    assert R.free_memory_bytes("cpu") > 0
+
+
+def test_check_ranks():
+    assert R.check_ranks(2, cores=2, fd_limit=1024) is None
+    warn = R.check_ranks(4, cores=2, fd_limit=1024)
+    assert "world 4" in warn and "2 core" in warn
+    with pytest.raises(BenchError, match=r"world 17 .* 2 core"):
+        R.check_ranks(17, cores=2, fd_limit=1024)
+    with pytest.raises(BenchError, match=r"open files .* limit is 100 .*ulimit -n"):
+        R.check_ranks(16, cores=64, fd_limit=(100, 4096))
+    with pytest.raises(BenchError, match="fewer ranks per node"):
+        R.check_ranks(512, cores=128, fd_limit=(256, 1024))
+    assert R.check_ranks(2) is None or "core" in R.check_ranks(2)  # this machine's numbers
+
+
+def test_check_writable_ok_and_creates(tmp_path):
+    root = R.check_writable(tmp_path / "a" / "results")
+    assert root.is_dir() and list(root.iterdir()) == []  # the probe file is gone
+
+
+def test_check_writable_refuses_unwritable(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o500)
+    try:
+        blocked = not os.access(ro, os.W_OK)
+        target = ro / "results" if blocked else None
+        if target is None:  # root ignores permission bits: a path under a regular file cannot be made
+            f = tmp_path / "file"
+            f.write_text("x")
+            target = f / "sub"
+        with pytest.raises(BenchError) as e:
+            R.check_writable(target)
+        assert str(target) in str(e.value) and "\n" not in str(e.value)
+    finally:
+        os.chmod(ro, 0o700)
+    f2 = tmp_path / "plain"
+    f2.write_text("x")
+    with pytest.raises(BenchError, match="plain"):
+        R.check_writable(f2)
+
+
+def test_check_writable_refuses_full_disk(tmp_path):
+    Usage = namedtuple("Usage", "total used free")
+    with pytest.raises(BenchError, match=r"1\.0 MiB free.*50 MiB"):
+        R.check_writable(tmp_path, disk_usage=lambda p: Usage(10, 9, 2**20))
