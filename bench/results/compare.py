@@ -252,9 +252,17 @@ def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules
             })
             row["verdict"] = _case_verdict(row, bg is not None, cg is not None, rules)
             rows.append(row)
-    cases = pd.DataFrame(rows)
+    cases = _typed_keys(pd.DataFrame(rows))
     kinds = _kind_summary(cases, repeat_ids, rules) if len(cases) else pd.DataFrame()
     return Comparison(kind=kind, cases=cases, kinds=kinds, repeats=len(repeat_ids), rules=rules)
+
+
+def _typed_keys(df: pd.DataFrame) -> pd.DataFrame:
+    """Integer key columns back to integers (they are matched as strings)."""
+    for k in ("size_bytes", "world", "chunks"):
+        if k in df.columns:
+            df[k] = pd.to_numeric(df[k].replace("", None), errors="coerce").astype("Int64")
+    return df
 
 
 def _case_verdict(row: dict, in_base: bool, in_cur: bool, rules: Rules) -> str:

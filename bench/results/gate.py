@@ -232,7 +232,7 @@ def _only(rows: pd.DataFrame, todo: pd.DataFrame, keys: list[str]) -> pd.DataFra
     from bench.results.compare import _keyed
 
     r = _keyed(rows, keys)
-    want = set(map(tuple, todo[keys].astype(str).values))
+    want = set(map(tuple, _keyed(todo, keys)[keys].values))
     return r[[tuple(x) in want for x in r[keys].values]]
 
 
