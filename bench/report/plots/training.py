@@ -118,7 +118,7 @@ def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
             ranks = sorted(int(r) for r in c["rank"].dropna().unique())
             t0 = min(0.0, float(np.nanmin(num(c, "start_s"))))
             t1 = float(np.nanmax(num(c, "end_s")))
-            fig, axes = new_figure(9.0, 1.4 + 0.5 * max(2, len(ranks)))
+            fig, axes = new_figure(9.0, 2.2 + 0.5 * max(2, len(ranks)))
             ax = axes[0][0]
             for r in ranks:  # the background: whatever no action covers is idle
                 ax.broken_barh([(0, (t1 - t0) * 1e3)], (r - 0.4, 0.8), facecolors=ACTION_COLORS["idle"])
@@ -140,7 +140,7 @@ def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
                 handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="black"))
                 names.append("own step span")
             ax.legend(handles, names, fontsize=7, ncol=len(handles), loc="upper center",
-                      bbox_to_anchor=(0.5, -0.3 if len(ranks) <= 2 else -0.15), frameon=False)
+                      bbox_to_anchor=(0.5, -0.5 if len(ranks) <= 2 else -0.25), frameon=False)
             ax.set_yticks(ranks)
             ax.set_yticklabels([f"rank {r}" for r in ranks])
             ax.set_ylim(max(ranks) + 0.6, min(ranks) - 0.6)
