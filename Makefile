@@ -75,5 +75,15 @@ gpu-smoke: $(DEPS)
 test: $(DEPS)
 	$(PYTHON) -m pytest -q $(ARGS)
 
+# Regression gate (docs/gate.md): the smoke suite, then judged against the committed baseline of this
+# machine's fingerprint. Exit 0 pass, 1 confirmed regression, 3 no comparable baseline.
+BASELINES ?= results/baselines
+gate: $(DEPS)
+	$(DISTBENCH) gate --suite $(or $(SUITE),suites/smoke.toml) --baseline $(BASELINES) $(ARGS)
+
+# distbench's own hot paths under pytest-benchmark (not part of `make test`).
+perf: $(DEPS)
+	$(PYTHON) -m pytest -q tests/perf -o python_files='perf_*.py' -p no:cacheprovider --benchmark-only $(ARGS)
+
 clean:
 	rm -rf results/*/ reports/*/ .pytest_cache
