@@ -16,6 +16,7 @@ from bench.allreduce.model import fit, measured_crossover, model_crossover, n_ha
 from bench.report.format import row_label
 from bench.results.store import RunWriter, load_run
 from bench.timing.stats import GB
+from bench.units import parse_dtype
 
 
 def bus_factor(n: int) -> float:
@@ -77,8 +78,9 @@ def _label_tables(label, lrows, keys, predict_worlds, predict_sizes, out, fits):
     basis_fit = None
     for ws in sets:
         pts = [r for w in ws for r in by_world[w]]
+        msgs = [r.get("messages") for r in pts]  # the real message counts (a chunked ring splits further)
         f = fit(alg.cost, [int(r["world"]) for r in pts], [r["size_bytes"] for r in pts],
-                [r["time_median_s"] for r in pts])
+                [r["time_median_s"] for r in pts], messages=msgs if None not in msgs else None)
         row = {**base, "fit_worlds": _worlds_key(ws), "oversubscribed": any(oversub[w] for w in ws),
                "points": len(pts), "used_for_predictions": bool(basis) and ws == basis}
         if f is not None:
@@ -100,9 +102,12 @@ def _label_tables(label, lrows, keys, predict_worlds, predict_sizes, out, fits):
         return
     f, row = basis_fit
     measured = {(int(r["world"]), int(r["size_bytes"])): r["time_median_s"] for r in lrows}
+    esize = parse_dtype(keys["dtype"]).itemsize
+    chunk_bytes = int(lrows[0].get("chunk_bytes") or 0)
+    chunk_numel = max(chunk_bytes // esize, 1) if chunk_bytes else 0
     for n in predict_worlds:
         for s in predict_sizes:
-            t = predict(alg.cost, n, s, f.alpha_s, f.beta_s_per_byte)
+            t = predict(alg.cost, n, s, f.alpha_s, f.beta_s_per_byte, messages=alg.messages(n, s // esize, chunk_numel))
             algbw = s / t / GB if t > 0 else float("nan")
             out["predictions"].append({
                 "source": "model", "label": label, "algorithm": algo, **keys, "fit_worlds": row["fit_worlds"],

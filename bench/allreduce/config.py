@@ -8,7 +8,9 @@ from bench.units import dtype_name, parse_dtype, parse_size, parse_size_list, sw
 from bench.suite import RunConfig, at_least
 
 # NCCL_ALGO / NCCL_PROTO values NCCL accepts (NCCL docs, "Environment Variables"); case-insensitive.
-NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+# PAT is left out: NCCL implements it for all_gather / reduce_scatter only and would silently fall
+# back for all_reduce, labelling a row with an algorithm that did not run.
+NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree")
 NCCL_PROTOS = ("LL", "LL128", "Simple")
 AUTO = ("auto",)
 AUTO_NCCL_ALGOS = ("Ring", "Tree")  # NVLS / CollNet only where the machine has them: ask for them

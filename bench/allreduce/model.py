@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy.optimize import nnls
 
-GB = 1e9
+from bench.timing.stats import GB
+
 Cost = Callable[[int], tuple[float, float]]  # world -> (a, b)
 
 
@@ -99,26 +100,6 @@ class Crossover:
     kind: str
     size_bytes: float | None = None
     changes: int = 0
-
-    def describe(self) -> str:
-        if self.kind == "crossover":
-            return f"~{human_bytes(self.size_bytes)}"
-        if self.kind == "inverted":
-            return f"inverted at ~{human_bytes(self.size_bytes)} (ring faster below, tree above)"
-        if self.kind == "mixed":
-            return (f"mixed: ring first faster from ~{human_bytes(self.size_bytes)}, "
-                    f"then the faster one changes {self.changes - 1} more time(s)")
-        return {"ring_always": "none (ring faster at every size)",
-                "tree_always": "none (tree faster at every size)"}[self.kind]
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None or not math.isfinite(n):
-        return "-"
-    for unit, f in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
-        if n >= f:
-            return f"{n / f:.3g} {unit}iB"
-    return f"{n:.3g} B"
 
 
 def measured_crossover(sizes: Sequence[float], t_tree: Sequence[float], t_ring: Sequence[float]) -> Crossover:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from bench.collectives import REGISTRY, Ctx
+from bench.collectives.base import wrong_elements
 from bench.collectives.config import CaseSpec, CollectivesConfig, expand
 from bench.distributed import probe
 from bench.errors import BenchError
@@ -102,7 +103,7 @@ def check(coll, ctx: Ctx, times: int) -> int:
         sync(ctx.device)
         got, want = coll.result(ctx, b), coll.expected(ctx)
         if want is not None:
-            wrong += int((got.reshape(-1) != want.reshape(-1)).sum().item())
+            wrong += wrong_elements(got.reshape(-1), want.reshape(-1), ctx.op, ctx.dtype, ctx.world)
     return wrong
 
 

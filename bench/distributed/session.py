@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from bench.distributed.comm import Comm, warm_communicator
 from bench.distributed.env import RankInfo
-from bench.results.metadata import host_facts, nccl_env, new_run_id, software, utc_now
+from bench.results.metadata import cluster_facts, host_facts, nccl_env, new_run_id, software, utc_now
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +116,7 @@ def start_meta(writer, launch: Launch, key: str, facts: dict):
         "first_collective_s": launch.first_s, **facts,
     }
     writer.update_meta(lambda m: {
-        **{"software": software(), "suite": job.config.name, "kind": job.kind.name, "config": plain(job.config)},
+        **{"software": software(), "cluster": cluster_facts(), "suite": job.config.name, "kind": job.kind.name, "config": plain(job.config)},
         **job.meta, **m, "run_id": writer.dir.name,
         "launches": {**m.get("launches", {}), key: {**entry, "done": m.get("launches", {}).get(key, {}).get("done", [])}},
     })

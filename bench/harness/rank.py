@@ -119,6 +119,10 @@ def _fault(index: int, rank: int):
         raise ValueError("injected fault")
     elif action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "mismatch":  # a collective whose size differs from the other ranks'
+        import torch
+
+        dist.all_reduce(torch.zeros(1000 + rank))
 
 
 def _quiet_stop(signum, frame):

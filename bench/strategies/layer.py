@@ -1,4 +1,4 @@
-"""layer: naive model parallelism in one process (the seed's ToyModel pattern): consecutive
+"""layer: naive model parallelism in one process (the ToyModel pattern of the seed article on model parallelism): consecutive
 block groups on different devices, activations moved between them with .to(); `balance` gives
 blocks per device. Only one device works at a time. On a CPU-only host every group is on cpu.
 """
