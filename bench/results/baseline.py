@@ -216,8 +216,10 @@ def toml_text(values: dict) -> str:
     return "".join(f"{k} = {lit(v)}\n" for k, v in values.items() if v is not None)
 
 
-def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float = 900, quiet: bool = True) -> Path:
-    """`python -m bench <kind> --suite S --out OUT [extra]` in a fresh process; the run directory."""
+def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float = 900, quiet: bool = True,
+              ok_codes=(0,)) -> Path:
+    """`python -m bench <kind> --suite S --out OUT [extra]` in a fresh process; the run directory.
+    ok_codes: exit codes accepted (the gate accepts 1, wrong results, and fails on them itself)."""
     cmd = [sys.executable, "-m", "bench", kind, "--suite", str(suite_path), "--out", str(out), *extra_args]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
@@ -226,9 +228,10 @@ def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float = 900,
     found = re.findall(r"^# results: (.+)$", proc.stdout, flags=re.M)
     if not quiet:
         sys.stderr.write(proc.stdout[-4000:])
-    if not found:
+    if not found or proc.returncode not in ok_codes:
         tail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
-        raise BenchError(f"`{' '.join(cmd)}` exited {proc.returncode} without a results directory: {tail}")
+        what = "without a results directory" if not found else "(a failed run cannot be used)"
+        raise BenchError(f"`{' '.join(cmd)}` exited {proc.returncode} {what}: {tail}")
     return Path(found[-1].strip())
 
 
@@ -255,4 +258,4 @@ def rerun_from_meta(meta: dict, extra_args=(), out=None) -> Path:
     config.pop("out", None)
     suite = tmp / "suite.toml"
     suite.write_text(toml_text({"kind": kind, **config}))
-    return run_suite(kind, suite, out or tmp / "results", extra_args)
+    return run_suite(kind, suite, out or tmp / "results", extra_args, ok_codes=(0, 1))

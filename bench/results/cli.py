@@ -170,7 +170,7 @@ def cmd_gate(args) -> int:
                 except bl.NotComparable as e:
                     return _report(gt.Verdict(exit_code=3, status="not-comparable", reason=str(e)), fmt, args)
         print(f"# gate: running {args.suite}", file=sys.stderr, flush=True)
-        current = bl.run_suite(kind, args.suite, args.out)
+        current = bl.run_suite(kind, args.suite, args.out, ok_codes=(0, 1))  # 1: wrong results, failed below
     else:
         current = _dir(args.current, "--current")
     from bench.results.store import load_run
