@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.results.schema import TABLES, conform
+from bench.results.schema import SCHEMA_VERSION, TABLES, conform
 from bench.results.store import RunWriter, write_json, write_parquet
 
 HOSTILE = "<script>alert('x')</script>"
@@ -23,7 +23,7 @@ def _meta(run_id, suite, kind, worlds=(2,), oversubscribed=False, command=None, 
             "ranks": [{"rank": r, "host": "node-a", "cpu_model": "Test CPU 9000", "cores": 2, "gpus": []}
                       for r in range(w)],
             "started_utc": "2026-01-01T00:00:00+00:00", "finished_utc": "2026-01-01T00:01:00+00:00"}
-    return {"run_id": run_id, "suite": suite, "kind": kind, "schema_version": 1,
+    return {"run_id": run_id, "suite": suite, "kind": kind, "schema_version": SCHEMA_VERSION,
             "command_line": command or f"__main__.py {kind} --out results", "cwd": "/src/distbench",
             "started_utc": "2026-01-01T00:00:00+00:00", "git_sha": "0123456789abcdef0123", "git_dirty": True,
             "software": {"python": "3.11", "torch": "2.13.0+cpu", "cuda": None, "nccl": None, "platform": "Linux"},

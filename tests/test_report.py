@@ -143,6 +143,8 @@ def test_baseline_overlay_and_gate_section(stored, tmp_path):
         import bench.results.gate  # noqa: F401 - built separately; the report must work without it
     except ImportError:
         assert "bench.results.gate" in text and "not installed" in text
+    else:  # a verdict (a plain run dir is no recorded baseline: 'not-comparable', said so) or the gate's failure
+        assert "collectives/20260101T000000Z-coll01 vs baseline" in text or "gate failed" in text
 
 
 def test_ten_runs_stay_one_png_per_plot(tmp_path):

@@ -136,22 +136,21 @@ def _gate_section(pairs: list[tuple[Entry, Entry]]) -> Section | None:
         sec.missing.append("the regression gate (bench.results.gate) is not installed here: no verdict table; "
                            "the curves above still overlay the baseline")
         return sec
-    fn = next((getattr(gate, n) for n in ("verdict_table", "compare_runs", "compare", "gate") if callable(getattr(gate, n, None))),
-              None)
-    if fn is None:
-        sec.missing.append("bench.results.gate has no verdict_table/compare function this report knows")
+    if not callable(getattr(gate, "gate", None)):
+        sec.missing.append("bench.results.gate has no gate() function: no verdict table")
         return sec
     for base, cand in pairs:
         try:
-            out = fn(base.run, cand.run)
-            df = out if isinstance(out, pd.DataFrame) else getattr(out, "table", None)
-            if isinstance(df, pd.DataFrame):
-                sec.tables.append((f"{cand.label} vs baseline {base.label}",
-                                   df.to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
-            else:
-                sec.notes.append(f"{cand.label} vs {base.label}: {out}")
+            # rerun=None: a report never launches anything, so no confirmation re-run either
+            v = gate.gate(base.run.dir, cand.run.dir, rerun=None)
         except Exception as err:  # noqa: BLE001 - the gate is optional; its failure must not lose the report
             sec.missing.append(f"gate failed for {cand.label} vs {base.label}: {type(err).__name__}: {err}")
+            continue
+        sec.notes.append(f"{cand.label} vs {base.label}: {getattr(v, 'status', '?')}: {getattr(v, 'reason', '')}")
+        df = v.to_frame() if callable(getattr(v, "to_frame", None)) else None
+        if isinstance(df, pd.DataFrame) and len(df):
+            sec.tables.append((f"gate verdicts: {cand.label} vs {base.label}",
+                               df.to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
     return sec
 
 

@@ -86,6 +86,11 @@ def state_of(path: Path, meta: dict) -> tuple[str, str]:
     """(complete | interrupted | failed, why). A launch is finished when meta has its finished_utc;
     parts/ left behind means the end-of-run merge never happened."""
     launches = meta.get("launches") or {}
+    recorded = meta.get("state")  # the harness marks complete / interrupted / failed (running while it goes)
+    if recorded in ("failed", "interrupted"):
+        return recorded, str(meta.get("failure") or meta.get("error") or f"marked {recorded} (ended {meta.get('ended_utc', '?')})")
+    if recorded == "running" and not meta.get("ended_utc"):
+        return "interrupted", "marked running with no end: still running, or killed"
     for key in ("error", "failed", "failure"):
         if meta.get(key):
             return "failed", str(meta[key])
