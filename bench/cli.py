@@ -7,7 +7,6 @@ Bad input is a one-line `distbench: error: ...` with exit code 2, before anythin
 Exit code 1 means the benchmark ran but found wrong results (or a rank failed).
 """
 
-import os
 import sys
 
 import bench.kinds  # noqa: F401  (registers every benchmark kind)

@@ -32,6 +32,7 @@ class CollectivesConfig(RunConfig):
     budget_s: float = 0.1  # timed seconds to aim for per size (iterations adapt)
     check: int = 1  # correctness checks per size, outside the timed region
     skip_unsupported: bool = False  # skip (and record) dtype/op pairs the backend refuses
+    blocking: int = 1  # throughput mode: 1 waits for each op, 0 keeps a block's ops in flight (PARAM's --z)
 
     def __post_init__(self):
         super().__post_init__()
@@ -52,6 +53,8 @@ class CollectivesConfig(RunConfig):
         if not self.budget_s > 0:
             raise BenchError(f"budget_s {self.budget_s} must be > 0")
         at_least("root", self.roots, 0)
+        if self.blocking not in (0, 1):
+            raise BenchError(f"blocking {self.blocking} must be 0 or 1 (PARAM's --z: 1 blocking, 0 several in flight)")
         size_sweep(parse_size(self.min_bytes), parse_size(self.max_bytes), self.step_factor)  # validates
         self.size_list()
 

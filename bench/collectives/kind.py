@@ -55,13 +55,15 @@ def add_options(p):
     p.add_argument("-n", "--iters", type=int, default=None, help="timed ops per size (floor)")
     p.add_argument("--budget-s", type=float, default=None, help="timed seconds to aim for per size")
     p.add_argument("--check", type=int, default=None, help="correctness checks per size (0: none)")
+    p.add_argument("--blocking", type=int, default=None,
+                   help="throughput mode: 1 waits for each op (default), 0 keeps a block's ops in flight (PARAM --z 0)")
     p.add_argument("--skip-unsupported", action="store_const", const=True, default=None,
                    help="skip dtype/op pairs the backend refuses instead of failing")
 
 
 def options(args) -> dict:
     ov = overrides(args, ("collectives", "dtypes", "ops", "placements", "modes", "sizes", "min_bytes", "max_bytes",
-                          "step_factor", "warmup", "iters", "budget_s", "check", "skip_unsupported"))
+                          "step_factor", "warmup", "iters", "budget_s", "check", "skip_unsupported", "blocking"))
     if args.roots is not None:
         ov["roots"] = int_list(args.roots, "root")
     return ov
@@ -114,7 +116,8 @@ def measure(unit: Unit, launch) -> dict:
     coll = REGISTRY.get(case.collective)
     dtype = parse_dtype(case.dtype)
     esize = torch.empty((), dtype=dtype).element_size()
-    loop = LoopSpec(mode=case.mode, warmup=cfg.warmup, iters=cfg.iters, budget_s=cfg.budget_s)
+    loop = LoopSpec(mode=case.mode, warmup=cfg.warmup, iters=cfg.iters, budget_s=cfg.budget_s,
+                    blocking=bool(cfg.blocking))
     tables = {"results": [], "samples": [], "ranks": []}
     for placement in case.placements:
         ctx = Ctx(rank=info.rank, world=info.world, count=size // esize if size else 0, dtype=dtype,
@@ -134,7 +137,7 @@ def measure(unit: Unit, launch) -> dict:
                                             launch.node_ranks)
         tables["results"].append({
             **launch.base_row(), **key, "collective": case.collective, "algorithm": "native", "count": ctx.count,
-            "dtype": case.dtype, "op": case.op, "root": case.root, "mode": case.mode, "warmup_iters": loop.warmup,
+            "dtype": case.dtype, "op": case.op, "root": case.root, "mode": case.mode, "blocking": loop.blocking, "warmup_iters": loop.warmup,
             "iters": res.ops, "warmup_op_s": warm, **cols, "checks": cfg.check if coll.sized else 0, "wrong": wrong,
             **tc.summary,
         })

@@ -153,7 +153,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
     kind, cfg = job.kind, job.config
     launch = open_launch(job, info, init_s)
     units, notes = kind.units(cfg, info.world, job.meta)
-    todo = [u for u in units if unit_key(u) not in job.skip]
+    todo = [(i, u) for i, u in enumerate(units, 1) if unit_key(u) not in job.skip]  # i: index in the sweep
     if launch.oversubscribed:
         notes = [*notes, launch.oversubscribed_note]
     key = job.launch_key or str(info.world)
@@ -163,7 +163,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
         writer = RunWriter(cfg.out, cfg.name, launch.run_id, part_prefix=job.part_prefix or f"w{info.world}-")
         start_meta(writer, launch, key, {"cases": len(units), "notes": notes})
         live = kind.live()
-        live.start(launch, todo)
+        live.start(launch, [u for _, u in todo])
     launch.tel = telemetry.start(job, info, writer)
     dog = Watchdog(info.rank)
     progress = Progress(len(todo)) if info.rank == 0 else None
@@ -180,12 +180,12 @@ def run_launch(job: Job, info, init_s: float) -> dict:
             writer.update_meta(lambda m: _mark_done(m, key, done_key))
 
     try:
-        for i, unit in enumerate(todo, 1):
+        for n, (i, unit) in enumerate(todo, 1):
             k = unit_key(unit)
             _fault(i, info.rank)
             _note_progress(run_dir, info.rank, i, k, "entered")
             if live:
-                live.unit(unit, i, len(todo))
+                live.unit(unit, n, len(todo))
             dog.arm(k, case_limit_s(kind, cfg, unit))
             try:
                 tables = kind.measure(unit, launch)

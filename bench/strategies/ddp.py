@@ -5,7 +5,6 @@ averages gradients, so the step equals one process on the whole mini-batch. `buc
 is DDP's gradient bucket size. The timed backward includes the all-reduces DDP overlaps with it.
 """
 
-import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer, gather_cat, mean_loss_all_ranks

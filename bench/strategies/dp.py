@@ -18,6 +18,10 @@ PASS_THROUGH = "no CUDA: DataParallel is a pass-through"
 class DPTrainer(Trainer):
     role = "process"
 
+    def device_list(self) -> list[torch.device]:
+        n = torch.cuda.device_count()
+        return [torch.device("cuda", i) for i in range(n)] if n else [torch.device("cpu")]
+
     def step_loss(self, out, y):
         return self.loss_of(out, y).mean()  # mean over replicas' outputs
 

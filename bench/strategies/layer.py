@@ -39,6 +39,9 @@ class LayerTrainer(Trainer):
     def input_device(self):
         return self.module.devices[0]
 
+    def device_list(self) -> list[torch.device]:
+        return list(dict.fromkeys(self.module.devices))
+
     def step_loss(self, out, y):
         return self.loss_of(out, y.to(out.device))  # labels follow the last group's device
 

@@ -11,7 +11,6 @@ bubble next to the textbook forms and the calibrated replay (bench.pipeline.repl
 import time
 
 import numpy as np
-import torch
 
 from bench.distributed.comm import Comm
 from bench.pipeline.breakdown import breakdown
@@ -28,14 +27,15 @@ from bench.workloads.models import param_count
 
 
 def _timed_steps(trainer, comm: Comm, steps: int) -> list[dict]:
-    dev = comm.info.device
     recs = []
     for _ in range(steps):
+        trainer.prefetch()  # data loading stays outside the timed step
+        trainer.sync()
         trainer.clock.reset()
         comm.barrier()
         t0 = time.perf_counter()
         trainer.step()
-        sync(dev)
+        trainer.sync()  # every device this process drives (dp, layer: several)
         t1 = time.perf_counter()
         recs.append({"span": (t0, t1), "spans": list(trainer.clock.resolve()), "waits": list(trainer.clock.waits)})
     return recs
@@ -73,9 +73,10 @@ def measure_case(case: CaseSpec, cfg, comm: Comm) -> dict:
         trainer.step()
     sync(info.device)
     comm.barrier()
-    host_reset = reset_peak(info.device)
+    devices = trainer.device_list()
+    host_reset = all([reset_peak(d) for d in devices])
     recs = _timed_steps(trainer, comm, cfg.steps)
-    mem = read_peak(info.device, host_reset)
+    mem = max((read_peak(d, host_reset) for d in devices), key=peak_bytes)  # max over the devices it drives
     solo = _solo_s(trainer, cfg.steps)
     loss = trainer.loss()
     mine = {"recs": recs, "mem": mem, "solo_s": solo, "role": trainer.role, "degraded": trainer.degraded,

@@ -204,8 +204,13 @@ class PPTrainer(Trainer):
 
         self.schedule._maybe_compute_loss = timed
 
+    def prefetch(self):
+        """Only the first stage (inputs) and the last (targets) load the mini-batch (the same on
+        every rank: same seed); the first also keeps the targets for the reference check."""
+        self._next = self.batches.next(self.ctx.device) if self.first or self.last else (None, None)
+
     def step(self, check: bool = False):
-        x, y = self.batches.next(self.ctx.device)  # the same mini-batch on every rank (same seed)
+        x, y = self.next_batch()
         self._last = (x, y)
         args, kw, losses = ((x,) if self.first else ()), {}, []
         if self.last:

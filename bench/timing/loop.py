@@ -3,7 +3,9 @@
 Two modes, named in every row:
 - latency: barrier, then one op per timed iteration; one sample per iteration.
 - throughput: ops back to back under one timer, divided by their number (nccl-tests' default);
-  repeated in `blocks` blocks so that spread can be reported.
+  repeated in `blocks` blocks so that spread can be reported. blocking=True waits for each op
+  before issuing the next; blocking=False issues the block's ops asynchronously and waits for
+  them all at the end, several in flight at once (PARAM comms.py's default, its `--z 0`).
 Warm-up runs at every size. The iteration count adapts to a per-size time budget, with floors.
 
 Test only: DISTBENCH_TEST_SLOWDOWN=F (F > 1) makes every timed op really take F times as long (a
@@ -32,6 +34,7 @@ class LoopSpec:
     max_iters: int = 10_000
     budget_s: float = 0.2  # target timed seconds per size
     blocks: int = 5  # throughput mode: samples = blocks, each of iters/blocks ops
+    blocking: bool = True  # throughput mode: wait for each op (True) or keep the block's ops in flight
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,8 +101,14 @@ def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Call
             barrier()
             t0 = time.perf_counter()
             timer.start()
-            for _ in range(per_block):
-                op(False)  # issue back to back; on CUDA this only enqueues
+            if spec.blocking:
+                for _ in range(per_block):
+                    op(False)  # issue back to back; on CUDA this only enqueues
+            else:
+                works = [op(True) for _ in range(per_block)]
+                for w in works:
+                    if w is not None:
+                        w.wait()
             _stretch(t0, slow)
             samples.append(timer.stop() / per_block)
     else:

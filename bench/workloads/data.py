@@ -31,7 +31,8 @@ class Batches:
                                               drop_last=True)
         else:
             self.sampler = RandomSampler(ds, generator=torch.Generator().manual_seed(seed))
-        self.loader = DataLoader(ds, batch_size=local_batch, sampler=self.sampler, drop_last=True, num_workers=0)
+        self.loader = DataLoader(ds, batch_size=local_batch, sampler=self.sampler, drop_last=True, num_workers=0,
+                                 pin_memory=torch.cuda.is_available())  # pinned: async host-to-device copies
         self.epoch = 0
         self._it = None
 
