@@ -2,7 +2,7 @@
 """Evaluate the regression gate on this machine (issue 10's "done means" numbers).
 
     .venv/bin/python tools/gate_eval.py                 # full: record + 10 unchanged + 10 slowed + 2 checks
-    .venv/bin/python tools/gate_eval.py --quick         # a tiny suite, 3 repeats, 2 + 2 gate runs (~3 min)
+    .venv/bin/python tools/gate_eval.py --quick         # a tiny suite, 4 repeats, 2 + 2 gate runs (~5 min)
 
 Steps:
 1. `distbench baseline record --suite S --repeats N --root ROOT` (the baseline for this machine;
@@ -84,15 +84,18 @@ class Busy:
                 p.terminate()
 
 
-def gate_runs(n, suite, root, log, env=None, busy=False, label=""):
+def gate_runs(n, suite, root, log, work, env=None, busy=False, label=""):
     codes, secs = [], []
+    exit_file = work / "gate.exit"
     for i in range(n):
-        cmd = ["make", "-s", "gate", f"SUITE={suite}", f"BASELINES={root}"]
+        cmd = ["make", "-s", "gate", f"SUITE={suite}", f"BASELINES={root}", f"GATE_EXIT={exit_file}"]
+        exit_file.unlink(missing_ok=True)
         if busy:
             with Busy():
                 rc, out, dt = sh(cmd, env, log)
         else:
             rc, out, dt = sh(cmd, env, log)
+        rc = int(exit_file.read_text()) if exit_file.exists() else rc  # make exits 2 on any failure
         codes.append(rc)
         secs.append(dt)
         head = next((ln for ln in out.splitlines() if ln.startswith("gate:")), out.strip().splitlines()[-1:] or [""])
@@ -134,9 +137,9 @@ def other_fingerprint(src: Path, dest_root: Path) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    ap.add_argument("--quick", action="store_true", help="tiny suite, 3 repeats, 2 runs each (checks the script)")
+    ap.add_argument("--quick", action="store_true", help="tiny suite, 4 repeats, alpha 0.05, 2 runs each (checks the script)")
     ap.add_argument("--suite", default=None, help="default suites/smoke.toml")
-    ap.add_argument("--repeats", type=int, default=None, help="baseline repeats (default 8; quick 3)")
+    ap.add_argument("--repeats", type=int, default=None, help="baseline repeats (default 8; quick 4)")
     ap.add_argument("--runs", type=int, default=None, help="gate runs per scenario (default 10; quick 2)")
     ap.add_argument("--root", default=None, help="baselines root (default results/baselines; quick: a temp dir)")
     ap.add_argument("--slowdown", default="env", choices=("env", "busy"), help="how the candidate is slowed")
@@ -145,12 +148,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="gate-eval-"))
     log = open(work / "log.txt", "w")
-    if args.quick:
+    if args.quick:  # checks the script, not the machine: 4 repeats cannot give narrow bands at alpha 0.01
         suite = work / "quick.toml"
         suite.write_text(QUICK_SUITE)
+        (work / "quick.gate.toml").write_text("alpha = 0.05\nmax_band = 1.0\n")
     else:
         suite = Path(args.suite or "suites/smoke.toml")
-    repeats = args.repeats or (3 if args.quick else 8)
+    repeats = args.repeats or (4 if args.quick else 8)
     runs = args.runs or (2 if args.quick else 10)
     root = Path(args.root or (work / "baselines" if args.quick else "results/baselines")).resolve()
     print(f"gate_eval: suite {suite}, {repeats} repeats, {runs} runs per scenario, baselines {root}; log {work / 'log.txt'}")
@@ -169,7 +173,7 @@ def main(argv=None) -> int:
         print(f"  recorded {base} in {dt:.0f} s")
     else:
         base = None
-    codes, secs = gate_runs(runs, suite, root, log, label="unchanged")
+    codes, secs = gate_runs(runs, suite, root, log, work, label="unchanged")
     if base is None:
         m = re.search(r"baseline: (\S+)", (work / "log.txt").read_text())
         base = Path(m.group(1)) if m else None
@@ -178,7 +182,7 @@ def main(argv=None) -> int:
                  fa == 0, sum(secs)))
 
     env = {"DISTBENCH_TEST_SLOWDOWN": str(args.factor)} if args.slowdown == "env" else None
-    codes, secs = gate_runs(runs, suite, root, log, env=env, busy=args.slowdown == "busy", label="slowed")
+    codes, secs = gate_runs(runs, suite, root, log, work, env=env, busy=args.slowdown == "busy", label="slowed")
     caught = sum(c == 1 for c in codes)
     what = f"{args.factor}x (DISTBENCH_TEST_SLOWDOWN)" if args.slowdown == "env" else "busy process per core"
     rows.append((f"slowdown {what}", runs, "exit 1", f"{caught} caught; exits {sorted(set(codes))}",
