@@ -6,6 +6,7 @@ and a CLI option can override any field. List-valued fields are matrix axes.
 """
 
 import dataclasses
+import math
 import typing
 from pathlib import Path
 
@@ -15,6 +16,9 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
 from bench.errors import BenchError, SuiteError, did_you_mean
+
+
+MAX_SECONDS = 365 * 24 * 3600  # any duration option; beyond it timedelta / sleep overflow or it is a typo
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -29,7 +33,20 @@ class RunConfig:
     case_timeout_s: float = 0.0  # wall-clock limit of one case on every rank; 0: derived from its budget
     keep_going: bool = False  # after a failed case, continue in a fresh launch from the next one
 
+    empty_ok: typing.ClassVar[tuple[str, ...]] = ()  # list fields with a non-empty default that may be empty
+
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # NaN / inf pass `> 0` checks and crash later (timedelta, sleep)
+            v = getattr(self, f.name)
+            for x in v if isinstance(v, tuple) else (v,):
+                if isinstance(x, float) and not math.isfinite(x):
+                    raise BenchError(f"{f.name} {x} must be a finite number")
+            if isinstance(v, tuple) and not v and f.default not in ((), dataclasses.MISSING) \
+                    and f.name not in self.empty_ok:  # an empty axis: a run of no cases
+                raise BenchError(f"{f.name}: give at least one value (default: {','.join(map(str, f.default))})")
+        for name in ("timeout_s", "telemetry_interval_s", "case_timeout_s"):
+            if getattr(self, name) > MAX_SECONDS:
+                raise BenchError(f"{name} {getattr(self, name)} is absurd: at most {MAX_SECONDS} s (one year)")
         for name, v in (("timeout_s", self.timeout_s), ("telemetry_interval_s", self.telemetry_interval_s)):
             if not v > 0:
                 raise BenchError(f"{name} {v} must be > 0")
@@ -90,6 +107,10 @@ def load_suite(path, config_cls, kind: str, overrides: dict | None = None):
             raise BenchError(f"suite file '{path}' not found") from None
         except tomllib.TOMLDecodeError as e:
             raise SuiteError(f"suite file '{path}': malformed TOML: {e}") from None
+        except UnicodeDecodeError as e:
+            raise SuiteError(f"suite file '{path}': not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except OSError as e:  # a directory, no permission, ...
+            raise BenchError(f"suite file '{path}' cannot be read: {e.strerror or e}") from None
         file_kind = raw.pop("kind", kind)
         if file_kind != kind:
             raise SuiteError(f"suite file '{path}': key 'kind' is '{file_kind}', this command runs '{kind}' suites")

@@ -36,14 +36,23 @@ def parse_size(text) -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise BenchError(f"bad size {text}: must be >= 0")
-        return text
+        return _not_absurd(text, text)
     m = _SIZE_RE.match(str(text))
-    if not m:
+    if not m or len(m.group(1)) > 30:  # int() refuses over 4300 digits; anything this long is absurd anyway
         raise BenchError(
-            f"bad size '{text}': expected an integer with an optional suffix K, M or G "
+            f"bad size '{str(text)[:40]}': expected an integer with an optional suffix K, M or G "
             "(powers of 1024), e.g. 512, 4K, 1M, 8G"
         )
-    return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    return _not_absurd(int(m.group(1)) * _SUFFIX[m.group(2).upper()], text)
+
+
+MAX_SIZE_BYTES = 2**50  # 1 PiB: no buffer is larger; beyond it element counts overflow downstream
+
+
+def _not_absurd(n: int, text) -> int:
+    if n > MAX_SIZE_BYTES:
+        raise BenchError(f"bad size '{text}': {n} bytes is absurd; at most {MAX_SIZE_BYTES} (1048576G)")
+    return n
 
 
 def parse_size_list(text) -> list[int]:
@@ -65,9 +74,18 @@ def size_sweep(min_bytes: int, max_bytes: int, step_factor: float) -> list[int]:
     sizes, s = [], min_bytes
     while s <= max_bytes:
         sizes.append(int(s))
-        nxt = int(s * step_factor)
+        if len(sizes) > MAX_SWEEP_SIZES:
+            raise BenchError(f"sweep {min_bytes}..{max_bytes} by step factor {step_factor} has over "
+                             f"{MAX_SWEEP_SIZES} sizes; use a larger step factor or explicit --sizes")
+        f = s * step_factor
+        if f >= max_bytes + 1:  # also a huge factor, whose product would not convert to int
+            break
+        nxt = int(f)
         s = nxt if nxt > s else s + 1
     return sizes
+
+
+MAX_SWEEP_SIZES = 4096
 
 
 def sweep_sizes(sizes, min_bytes, max_bytes, step_factor: float) -> list[int]:

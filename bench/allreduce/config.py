@@ -1,5 +1,6 @@
 """The allreduce suite config (`kind = "allreduce"`) and its expansion into cases (pure)."""
 
+import typing
 from dataclasses import dataclass
 
 from bench.errors import BenchError, did_you_mean, unknown
@@ -42,6 +43,8 @@ class AllreduceConfig(RunConfig):
     check: int = 1  # correctness checks per size, outside the timed region
     predict_worlds: tuple[int, ...] = POW2_WORLDS  # model predictions (not measurements) at these worlds
     predict_sizes: tuple[str, ...] = ("4K", "1M", "64M")
+    profile: str = ""  # a size, e.g. "1M": after its timed measurement, 5 ops under torch.profiler ("": off)
+    empty_ok: typing.ClassVar[tuple[str, ...]] = ("nccl_algos", "nccl_protos", "predict_worlds")  # (): auto / none
 
     def __post_init__(self):
         from bench.allreduce import OPS
@@ -65,6 +68,8 @@ class AllreduceConfig(RunConfig):
         self.chunk()
         self.size_list()
         parse_size_list(list(self.predict_sizes))
+        if self.profile:
+            parse_size(self.profile)
         canonical(self.nccl_algos, NCCL_ALGOS, "NCCL_ALGO")
         canonical(self.nccl_protos, NCCL_PROTOS, "NCCL_PROTO")
 
