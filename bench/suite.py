@@ -18,6 +18,7 @@ except ModuleNotFoundError:  # Python < 3.11
 from bench.errors import BenchError, SuiteError, did_you_mean
 
 
+INT64_MAX = 2**63 - 1
 MAX_SECONDS = 365 * 24 * 3600  # any duration option; beyond it timedelta / sleep overflow or it is a typo
 
 
@@ -41,6 +42,8 @@ class RunConfig:
             for x in v if isinstance(v, tuple) else (v,):
                 if isinstance(x, float) and not math.isfinite(x):
                     raise BenchError(f"{f.name} {x} must be a finite number")
+                if isinstance(x, int) and not isinstance(x, bool) and abs(x) > INT64_MAX:  # torch, parquet: int64
+                    raise BenchError(f"{f.name} {x} is absurd: at most {INT64_MAX}")
             if isinstance(v, tuple) and not v and f.default not in ((), dataclasses.MISSING) \
                     and f.name not in self.empty_ok:  # an empty axis: a run of no cases
                 raise BenchError(f"{f.name}: give at least one value (default: {','.join(map(str, f.default))})")

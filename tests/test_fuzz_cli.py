@@ -232,3 +232,24 @@ def test_main_prints_one_line(capsys, monkeypatch):
     assert cli.main(["strategies", "--nproc=:\n2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("distbench: error:"), err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["collectives", "--timeout-s=inf"], "finite"),
+    (["collectives", "--timeout-s=1e308"], "absurd"),
+    (["collectives", "--sizes=" + "9" * 5000], "bad size"),
+    (["collectives", "--max-bytes=99999999999999G"], "absurd"),
+    (["collectives", "--step-factor=1e308", "--max-bytes=8G"], None),  # one size, no overflow
+    (["collectives", "-b", "1", "-e", "8G", "--step-factor=1.0000001"], "4096 sizes"),
+    (["collectives", "--dtypes=,"], "at least one"),
+    (["strategies", "--strategies="], "at least one"),
+    (["strategies", "--seed=" + str(2**70)], "absurd"),
+    (["strategies", "--bucket-cap-mb=1e300"], "bucket_cap_mb"),
+])
+def test_fuzz_findings_stay_fixed(argv, words):
+    """What fuzzing found (each crashed, hung or ran nothing before its fix)."""
+    if words is None:
+        assert _configure(argv) is not None
+        return
+    with pytest.raises(BenchError, match=words):
+        cli.configure(KINDS.get(argv[0]), PARSER.parse_args(argv))
