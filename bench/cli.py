@@ -15,7 +15,8 @@ from bench.results import cli as results_cli
 from bench.telemetry import cli as telemetry_cli
 from bench.allreduce import REGISTRY as ALGORITHMS
 from bench.collectives import REGISTRY as COLLECTIVES
-from bench.distributed.env import check_world, launcher_world, resolve_backend
+from bench import preflight
+from bench.distributed.env import check_world, launcher_world, ranks_per_node, resolve_backend
 from bench.distributed.launch import launched_externally
 from bench.errors import USAGE_EXIT, BenchError
 from bench.harness import KINDS, Kind
@@ -92,7 +93,22 @@ def cmd_kind(kind: Kind, args) -> int:
     plan = kind.plan(cfg, backend, worlds)
     if args.dry_run:
         return dry_run(kind, cfg, plan)
+    preflight_checks(kind, cfg, backend, plan)
     return run(kind, cfg, backend, plan, resume=args.resume)
+
+
+def preflight_checks(kind: Kind, cfg, backend: str, plan):
+    """Before the first case: a writable results root, ranks this host can hold, memory for the
+    largest case of every launch (bench.preflight); one-line errors, nothing written."""
+    preflight.check_writable(cfg.out)
+    local = ranks_per_node()
+    for lp in plan.launches:
+        if local is None:
+            warning = preflight.check_ranks(lp.world)
+            if warning and is_rank_zero():
+                print(f"distbench: warning: {warning}", file=sys.stderr)
+        preflight.check_sweep(kind.name, lp.config, lp.world, "cuda" if backend == "nccl" else "cpu",
+                              ranks_on_host=local)
 
 
 def main(argv=None) -> int:
@@ -103,7 +119,7 @@ def main(argv=None) -> int:
         return args.func(args)
     except BenchError as e:
         if is_rank_zero():
-            print(f"distbench: error: {e}", file=sys.stderr)
+            print(f"distbench: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, always
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("distbench: interrupted; finished cases are kept", file=sys.stderr)

@@ -35,7 +35,7 @@ def add_common(p: argparse.ArgumentParser, default_suite: str):
 
 
 COMMON = ("backend", "out", "timeout_s", "telemetry", "telemetry_interval_s", "case_timeout_s", "keep_going")
-SCALARS = ("backend", "out", "min_bytes", "max_bytes", "chunk_bytes", "model")  # strings that are not lists
+SCALARS = ("backend", "out", "min_bytes", "max_bytes", "chunk_bytes", "model", "min_busbw")  # strings that are not lists
 
 
 def overrides(args, names) -> dict:

@@ -42,7 +42,7 @@ def _error_lines(err: str) -> list[str]:
 @pytest.mark.parametrize("fault, expect", [
     ("sleep:1:2", "exceeded its wall-clock limit"),
     ("exit:1:2", "rank 1 exited with code 1"),
-    ("raise:1:2", "ValueError: injected fault"),
+    ("raise:1:2", "rank 1 failed: ValueError: injected fault"),
 ])
 def test_fault_is_named_and_finished_cases_survive(tmp_path, fault, expect):
     p = _run(tmp_path, "--case-timeout-s", "8", fault=fault)

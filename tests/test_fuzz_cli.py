@@ -224,8 +224,6 @@ def test_negative_sizes_is_one_line_exit_2():
     assert len(lines) == 1 and lines[0].startswith("distbench: error:"), lines
 
 
-@pytest.mark.xfail(reason="bench.cli.main prints the BenchError verbatim; it should collapse line breaks "
-                          "(' '.join(str(e).split())): the lead's file", strict=False)
 def test_main_prints_one_line(capsys, monkeypatch):
     """A value with a line break in it still gives one line on stderr, exit 2 (bench.cli.main)."""
     monkeypatch.setattr(sys, "argv", ["distbench"])

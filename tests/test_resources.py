@@ -10,7 +10,7 @@ from bench.allreduce.config import AllreduceConfig
 from bench.collectives import REGISTRY, Ctx
 from bench.collectives.config import CollectivesConfig
 from bench.errors import BenchError
-from bench.harness import resources as R
+from bench import preflight as R
 from bench.pipeline.config import PipelineConfig
 from bench.strategies.config import StrategiesConfig
 from bench.workloads.models import PRESETS, build_model

@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 from bench.errors import BenchError, unknown
+from bench.results.gate import parse_min_busbw
 from bench.timing.loop import MODES
 from bench.units import dtype_name, parse_dtype, parse_op, parse_size, size_sweep, sweep_sizes
 from bench.suite import RunConfig, at_least
@@ -32,7 +33,10 @@ class CollectivesConfig(RunConfig):
     budget_s: float = 0.1  # timed seconds to aim for per size (iterations adapt)
     check: int = 1  # correctness checks per size, outside the timed region
     skip_unsupported: bool = False  # skip (and record) dtype/op pairs the backend refuses
+    min_busbw: str = ""  # acceptance: exit 1 when a collective's average busbw over the large sizes is below
+    # this many GB/s ('50', or 'all_reduce=40,*=10'; nccl-tests' NCCL_TESTS_MIN_BW); "" = no check
     blocking: int = 1  # throughput mode: 1 waits for each op, 0 keeps a block's ops in flight (PARAM's --z)
+    profile: str = ""  # a size, e.g. "1M": after its timed measurement, 5 ops under torch.profiler ("": off)
 
     def __post_init__(self):
         super().__post_init__()
@@ -53,8 +57,12 @@ class CollectivesConfig(RunConfig):
         if not self.budget_s > 0:
             raise BenchError(f"budget_s {self.budget_s} must be > 0")
         at_least("root", self.roots, 0)
+        if self.min_busbw:
+            parse_min_busbw(self.min_busbw)  # raises BenchError on a bad threshold
         if self.blocking not in (0, 1):
             raise BenchError(f"blocking {self.blocking} must be 0 or 1 (PARAM's --z: 1 blocking, 0 several in flight)")
+        if self.profile:
+            parse_size(self.profile)
         size_sweep(parse_size(self.min_bytes), parse_size(self.max_bytes), self.step_factor)  # validates
         self.size_list()
 

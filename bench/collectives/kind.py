@@ -5,6 +5,7 @@ tables are the results rows (one per placement), every rank's raw samples and pe
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -18,8 +19,10 @@ from bench.harness.rows import timed_tables
 from bench.options import overrides
 from bench.report.summaries import collectives_summary
 from bench.report.terminal import CollectivesLive
+from bench.results.gate import min_busbw_failures, parse_min_busbw
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop
+from bench.timing.profile import profile_ops, relative, size_note, size_profiled, trace_file
 from bench.timing.timers import sync
 from bench.units import parse_dtype
 
@@ -55,17 +58,25 @@ def add_options(p):
     p.add_argument("-n", "--iters", type=int, default=None, help="timed ops per size (floor)")
     p.add_argument("--budget-s", type=float, default=None, help="timed seconds to aim for per size")
     p.add_argument("--check", type=int, default=None, help="correctness checks per size (0: none)")
+    p.add_argument("--min-busbw", dest="min_busbw", default=None,
+                   help="GB/s, or per collective 'all_reduce=40,*=10': exit 1 when the average busbw over the large "
+                        "sizes is below it (nccl-tests' NCCL_TESTS_MIN_BW)")
     p.add_argument("--blocking", type=int, default=None,
                    help="throughput mode: 1 waits for each op (default), 0 keeps a block's ops in flight (PARAM --z 0)")
+    p.add_argument("--profile", default=None, metavar="SIZE",
+                   help="trace SIZE (e.g. 1M) of every case with torch.profiler after its timed measurement: "
+                        "<run dir>/traces/<case>.rank<r>.json (Perfetto, HTA); timings unchanged")
     p.add_argument("--skip-unsupported", action="store_const", const=True, default=None,
                    help="skip dtype/op pairs the backend refuses instead of failing")
 
 
 def options(args) -> dict:
     ov = overrides(args, ("collectives", "dtypes", "ops", "placements", "modes", "sizes", "min_bytes", "max_bytes",
-                          "step_factor", "warmup", "iters", "budget_s", "check", "skip_unsupported", "blocking"))
+                          "step_factor", "warmup", "iters", "budget_s", "check", "skip_unsupported", "blocking", "min_busbw"))
     if args.roots is not None:
         ov["roots"] = int_list(args.roots, "root")
+    if args.profile is not None:
+        ov["profile"] = args.profile
     return ov
 
 
@@ -91,6 +102,7 @@ def units(cfg: CollectivesConfig, world: int, meta: dict) -> tuple[list[Unit], l
     skipped = {tuple(s) for s in meta.get("skipped", [])}
     cases = [c for c in cases if (c.collective, c.dtype, c.op) not in skipped]
     notes += [f"skipped {c}/{d}/{o}: {why}" for c, d, o, why in meta.get("skipped_why", [])]
+    notes += size_note(cfg.profile, [s for c in cases for s in c.sizes])
     return [Unit(case=c, size=s) for c in cases for s in c.sizes], notes
 
 
@@ -126,6 +138,14 @@ def measure(unit: Unit, launch) -> dict:
         with launch.tel.case(case.case_id, size_bytes=size, placement=placement) as tc:
             res = timed_loop(lambda a: coll.call(ctx, bufs, a), spec=loop, device=info.device,
                              barrier=comm.barrier, agree_max=comm.reduce_max)
+        trace = None
+        if size_profiled(cfg.profile, size):  # after the timed loop, outside it: timings unchanged
+            run_dir = Path(cfg.out) / cfg.name / launch.run_id
+            comm.barrier()
+            path = profile_ops(lambda: coll.call(ctx, bufs, True), f"{case.case_id}@{size}B",
+                               trace_file(run_dir, f"{case.case_id}.{placement}@{size}B", info.rank), info.device,
+                               sync=lambda: sync(info.device))
+            trace = relative(path, run_dir).replace(f".rank{info.rank}.json", ".rank0.json")
         del bufs
         per_rank = comm.gather_samples(res.samples_s)
         wrong = comm.reduce_sum(check(coll, ctx, cfg.check) if coll.sized else 0)
@@ -139,16 +159,23 @@ def measure(unit: Unit, launch) -> dict:
             **launch.base_row(), **key, "collective": case.collective, "algorithm": "native", "count": ctx.count,
             "dtype": case.dtype, "op": case.op, "root": case.root, "mode": case.mode, "blocking": loop.blocking, "warmup_iters": loop.warmup,
             "iters": res.ops, "warmup_op_s": warm, **cols, "checks": cfg.check if coll.sized else 0, "wrong": wrong,
-            **tc.summary,
+            "profile_trace": trace, **tc.summary,
         })
         tables["ranks"] += ranks
         tables["samples"] += samples
     return tables
 
 
+def acceptance(run, cfg: CollectivesConfig) -> list[str]:
+    """--min-busbw: collectives whose average busbw over the large sizes is below the threshold."""
+    if not cfg.min_busbw or "results" not in run.tables:
+        return []
+    return [str(f) for f in min_busbw_failures(run["results"], parse_min_busbw(cfg.min_busbw))]
+
+
 KIND = KINDS.register(Kind(
     module=__name__, name="collectives", help="time every collective primitive across message sizes", config=CollectivesConfig,
     tables=("results", "samples", "ranks", "telemetry"), add_options=add_options, options=options, units=units,
     measure=measure, summary=collectives_summary, live=CollectivesLive, plan=plan,
-    estimate_s=estimate_s,
+    estimate_s=estimate_s, acceptance=acceptance,
 ))

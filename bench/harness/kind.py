@@ -67,6 +67,8 @@ class Kind:
     plan: Callable[[Any, str, tuple], Plan] = one_launch_per_world  # (cfg, backend, worlds) -> Plan; validates
     after_units: Callable[[Any, Any], dict | None] | None = None  # (cfg, launch) -> extra tables, every rank
     finish: Callable[[Any, Any], None] | None = None  # (run_dir, cfg) after every launch (e.g. a model fit)
+    acceptance: Callable[[Any, Any], list[str]] | None = None  # (loaded run, cfg) -> failures: exit 1
+    # (e.g. collectives' --min-busbw, nccl-tests' NCCL_TESTS_MIN_BW)
     estimate_s: Callable[[Any, Any], float | None] = lambda cfg, unit: None  # a unit's expected seconds
     # (for --dry-run and the derived wall-clock limit); None: cannot tell before measuring
 

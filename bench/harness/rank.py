@@ -60,8 +60,8 @@ def _die_with_parent():
 class Watchdog:
     """Ends this rank (exit CASE_TIMEOUT_EXIT) when the armed unit outlives its limit."""
 
-    def __init__(self, rank: int):
-        self.rank, self.deadline, self.what = rank, None, ""
+    def __init__(self, rank: int, run_dir: Path | None = None):
+        self.rank, self.deadline, self.what, self.run_dir = rank, None, "", run_dir
         threading.Thread(target=self._watch, daemon=True, name="distbench-watchdog").start()
 
     def arm(self, what: str, limit_s: float):
@@ -78,6 +78,8 @@ class Watchdog:
                 msg = f"case {self.what} exceeded its wall-clock limit of {self.limit_s:g} s on rank {self.rank}"
                 print(f"distbench: {msg}", file=sys.stderr, flush=True)
                 _write_error_file(msg)
+                if self.run_dir:
+                    _note_error(self.run_dir, self.rank, msg)
                 os._exit(CASE_TIMEOUT_EXIT)
 
 
@@ -99,6 +101,17 @@ def _note_progress(run_dir: Path, rank: int, index: int, key: str, state: str):
         tmp = d / f".rank{rank}.tmp"
         tmp.write_text(json.dumps({"rank": rank, "index": index, "unit": key, "state": state, "t": time.time()}))
         os.replace(tmp, d / f"rank{rank}.json")
+    except OSError:
+        pass
+
+
+def _note_error(run_dir: Path, rank: int, message: str):
+    """This rank's own cause of failure, timestamped: the launcher picks the earliest one that is not
+    a consequence of another rank's death (elastic reports only the first process it notices)."""
+    try:
+        d = run_dir / ".progress"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"rank{rank}.error").write_text(json.dumps({"rank": rank, "t": time.time(), "message": message}))
     except OSError:
         pass
 
@@ -137,11 +150,24 @@ def worker_main(job: Job) -> dict:
         signal.signal(signal.SIGINT, _quiet_stop)
         signal.signal(signal.SIGTERM, _quiet_stop)
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
+    nccl_file = os.environ.get("NCCL_DEBUG_FILE", "")
+    if "{run_dir}" in nccl_file:  # a plan's placeholder (allreduce NCCL variants): read before NCCL starts
+        if job.run_id:
+            nccl_file = nccl_file.replace("{run_dir}", str(Path(job.config.out) / job.config.name / job.run_id))
+            Path(nccl_file).parent.mkdir(parents=True, exist_ok=True)
+            os.environ["NCCL_DEBUG_FILE"] = nccl_file
+        else:
+            os.environ.pop("NCCL_DEBUG_FILE")
     t0 = time.perf_counter()
     info = init_rank(job.backend, job.config.timeout_s)
     init_s = time.perf_counter() - t0
     try:
         return run_launch(job, info, init_s)
+    except Exception as e:  # noqa: BLE001 - leave the cause where the launcher looks, then fail as before
+        run_dir = Path(job.config.out) / job.config.name / (job.run_id or "")
+        if job.run_id:
+            _note_error(run_dir, info.rank, f"{type(e).__name__}: {e}")
+        raise
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -165,7 +191,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
         live = kind.live()
         live.start(launch, [u for _, u in todo])
     launch.tel = telemetry.start(job, info, writer)
-    dog = Watchdog(info.rank)
+    dog = Watchdog(info.rank, run_dir if job.run_id else None)
     progress = Progress(len(todo)) if info.rank == 0 else None
     rows = wrong = 0
 

@@ -91,6 +91,17 @@ def _message(f) -> str:
     return f.message.get("message", json.dumps(f.message)) if isinstance(f.message, dict) else str(f.message or "")
 
 
+def rank_errors(run_dir: Path | None) -> list[dict]:
+    """Every rank's own note of why it failed (bench.harness.rank._note_error), earliest first."""
+    out = []
+    for f in sorted((run_dir / ".progress").glob("rank*.error")) if run_dir else []:
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(out, key=lambda x: (x.get("t", 0), x.get("rank", 0)))
+
+
 def root_cause(e: ChildFailedError):
     """(rank, failure): the earliest failure that is not a consequence of another rank's death
     (a gloo 'connection closed by peer' on rank 0 after rank 1 raised names rank 1)."""
@@ -110,6 +121,11 @@ def describe_failure(e: BaseException, world: int, run_dir: Path | None) -> str:
         where = f" during case {last['unit']}"
         if behind:
             where += f"; rank(s) {', '.join(map(str, behind))} never arrived at it"
+    notes = rank_errors(run_dir)
+    own = [n for n in notes if not any(p in n["message"] for p in PEER_FAILED)]
+    if own or notes:
+        n = (own or notes)[0]
+        return f"rank {n['rank']} failed: {meaningful_line(n['message'])}{where}"
     if not isinstance(e, ChildFailedError):
         return f"{first_line(e)}{where}"
     rank, f = root_cause(e)
@@ -240,13 +256,19 @@ def close_run(kind: Kind, cfg, out_dir, wrong: int) -> int:
     w.finalize()
     w.update_meta(lambda m: {**m, "state": "complete", "ended_utc": utc_now()})
     shutil.rmtree(Path(out_dir) / ".progress", ignore_errors=True)
-    text = kind.summary(load_run(out_dir))
+    run_ = load_run(out_dir)
+    text = kind.summary(run_)
     if text:
         print(text, flush=True)
     print(f"# results: {out_dir}", flush=True)
+    for p in run_.problems:
+        print(f"distbench: warning: {p}", file=sys.stderr)
+    failed = kind.acceptance(run_, cfg) if kind.acceptance else []
+    for f in failed:
+        print(f"distbench: {f}", file=sys.stderr)
     if wrong:
         print(f"distbench: {wrong} wrong element(s): results were written, but the check failed", file=sys.stderr)
-    return 1 if wrong else 0
+    return 1 if wrong or failed else 0
 
 
 def dry_run(kind: Kind, cfg, plan: Plan) -> int:

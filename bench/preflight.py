@@ -11,13 +11,22 @@ bench/strategies/*): they are meant to refuse a sweep that cannot fit, not to pr
 Each rank also pays a fixed cost (the torch runtime, the CUDA context): RANK_OVERHEAD_BYTES.
 """
 
+import dataclasses
 import math
 import os
+import resource
 import shutil
 import tempfile
 from pathlib import Path
 
+import psutil
+import torch
+
 from bench.errors import BenchError
+from bench.pipeline.config import expand_pipeline
+from bench.strategies.config import expand_strategies
+from bench.units import format_size, parse_dtype
+from bench.workloads.models import get_spec
 
 GiB = 1024**3
 MiB = 1024**2
@@ -56,9 +65,7 @@ DEFAULT_FACTORS = (2, 1, 5, 1)
 
 
 def _elem_bytes(dtype: str) -> int:
-    import torch
 
-    from bench.units import parse_dtype
 
     return torch.empty((), dtype=parse_dtype(dtype)).element_size()
 
@@ -78,7 +85,6 @@ def collectives_bytes_per_rank(cfg, world: int, sizes=None) -> tuple[int, str]:
     """(bytes, label) of the case that needs the most memory per rank, over the config's
     collectives, dtypes and sizes (or `sizes`, bytes) at this world. Sizes are the requested
     total-array bytes (rounding to whole elements and shards only shrinks them)."""
-    from bench.units import format_size
 
     sizes = list(cfg.size_list()) if sizes is None else list(sizes)
     best, label = 0, "nothing"
@@ -131,7 +137,6 @@ def allreduce_case_bytes(algorithms, size_bytes: int, elem_bytes: int, world: in
 
 def allreduce_bytes_per_rank(cfg, world: int, sizes=None) -> tuple[int, str]:
     """(bytes, label) of the largest allreduce block of the config at this world."""
-    from bench.units import format_size
 
     sizes = list(cfg.size_list()) if sizes is None else list(sizes)
     algs = cfg.algorithm_names()
@@ -215,7 +220,6 @@ def strategy_bytes_per_rank(spec, strategy: str, batch: int, world: int, check: 
 
 def training_bytes_per_rank(cases, check: bool = True) -> tuple[int, str]:
     """(bytes, label) of the case that needs the most, over strategies CaseSpecs (one world)."""
-    from bench.workloads.models import get_spec
 
     best, label = 0, "nothing"
     for c in cases:
@@ -241,12 +245,10 @@ def _cgroup_available() -> int | None:
 def free_memory_bytes(device="cpu") -> int:
     """Free memory for the ranks: host memory available (psutil; the cgroup's headroom when that is
     smaller) for a CPU device, torch.cuda.mem_get_info's free bytes for a CUDA device."""
-    import torch
 
     dev = torch.device(device)
     if dev.type == "cuda":
         return int(torch.cuda.mem_get_info(dev.index if dev.index is not None else 0)[0])
-    import psutil
 
     avail = int(psutil.virtual_memory().available)
     cg = _cgroup_available()
@@ -255,7 +257,6 @@ def free_memory_bytes(device="cpu") -> int:
 
 def ranks_per_memory(world: int, device="cpu") -> int:
     """Ranks that share one memory: every rank of a self-launch on the host, or the ranks per GPU."""
-    import torch
 
     if torch.device(device).type == "cuda":
         n = max(torch.cuda.device_count(), 1)
@@ -287,9 +288,7 @@ def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = Non
     """Refuse a launch whose largest case cannot fit in free memory (host for CPU ranks, one GPU
     for CUDA ranks), naming the largest sizes (collectives, allreduce) or batches (strategies,
     pipeline) that fit. `free`, `ranks_on_host`, `overhead_per_rank` default to this machine's."""
-    import torch
 
-    from bench.units import format_size
 
     dtype = torch.device(device).type
     free = free_memory_bytes(device) if free is None else free
@@ -304,10 +303,7 @@ def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = Non
         fit = [f"{format_size(s)}B" for s in sizes if est(cfg, world, [s])[0] <= budget]
         check_fits(need, ranks, free, f"the largest case ({label})", fit, over)
     elif kind in ("strategies", "pipeline"):
-        if kind == "strategies":
-            from bench.strategies.config import expand_strategies as expand
-        else:
-            from bench.pipeline.config import expand_pipeline as expand
+        expand = expand_strategies if kind == "strategies" else expand_pipeline
         cases = [c for c in expand(cfg)[0] if c.world == world]
         if not cases:
             return
@@ -322,7 +318,6 @@ def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = Non
 
 
 def _with_batch(case, batch: int):
-    import dataclasses
 
     return dataclasses.replace(case, batch=batch)
 
@@ -343,7 +338,6 @@ def fds_needed(world: int) -> int:
 
 
 def _nofile() -> tuple[int, int]:
-    import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return soft, hard
