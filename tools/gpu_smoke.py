@@ -5,7 +5,7 @@ CUDA-event timing, at world min(2, GPUs):
 
   1. collectives: all_reduce at 1 MiB and 1 GiB (busbw at 1 GiB in the summary)
   2. allreduce: ring (pipelined p2p) and native at world 2, plus one NCCL variant (native with
-     NCCL_ALGO=Ring) whose chosen algorithm is shown where the rows record it
+     NCCL_ALGO=Ring) whose algorithm is verified in NCCL's TUNING log (table nccl_tuning)
   3. strategies: ddp, 6 timed steps (the config requires >= 5)
   4. pipeline: 2 stages, GPipe, 4 micro-batches (the bubble in the summary)
 
@@ -82,7 +82,19 @@ def check_rows(name: str, run, gpu: bool) -> list[str]:
         problems.append(f"{name}: rows carry no telemetry summary")
     if "wrong" in res.columns and (pd.to_numeric(res["wrong"], errors="coerce").fillna(0) > 0).any():
         problems.append(f"{name}: wrong elements in the check")
+    if name == "nccl-variant":
+        problems += variant_problems(run)
     return problems
+
+
+def variant_problems(run) -> list[str]:
+    """The variant launch's algorithm must be verified in NCCL's TUNING log (table nccl_tuning)."""
+    tun = run.tables.get("nccl_tuning")
+    if tun is None or tun.empty:
+        return ["nccl-variant: no nccl_tuning rows: the algorithm NCCL ran is not verified"]
+    bad = tun[~tun["matches_asked"].astype(bool)]
+    return [f"nccl-variant: asked {r['variant']}, NCCL chose {r['algorithm_chosen']}/{r['protocol_chosen']} "
+            f"at {int(r['size_bytes'])} B: FALLBACK" for _, r in bad.iterrows()]
 
 
 def run_step(step: dict, gpu: bool):
@@ -134,12 +146,12 @@ def summary_lines(runs: dict, gpu: bool) -> list[str]:
                    f"(world {int(top['world'].iloc[0])}, {top['backend'].iloc[0]})")
     r = runs.get("nccl-variant")
     if r is not None:
-        res = r.tables["results"]
+        res, tun = r.tables["results"], r.tables.get("nccl_tuning")
         row = res.iloc[0]
-        chosen = next((row[c] for c in ("nccl_algo_chosen", "nccl_algo_used", "algo_chosen") if c in res.columns),
-                      None)
-        out.append(f"nccl variant: {row.get('variant', '?')} -> chosen: "
-                   f"{chosen if chosen is not None else 'not recorded by this version (unverified)'}")
+        chosen = ("not in NCCL's log (unverified)" if tun is None or tun.empty else
+                  ", ".join(f"{t['algorithm_chosen']}/{t['protocol_chosen']} at {int(t['size_bytes']) >> 20} MiB "
+                            f"({'as asked' if t['matches_asked'] else 'FALLBACK'})" for _, t in tun.iterrows()))
+        out.append(f"nccl variant: {row.get('variant', '?')} -> NCCL chose: {chosen}")
     r = runs.get("pipeline")
     if r is not None:
         res = r.tables["results"]

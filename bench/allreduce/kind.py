@@ -13,12 +13,14 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from bench.allreduce import REGISTRY, Plan as AlgPlan
 from bench.allreduce.analysis import bus_factor, write_model
 from bench.allreduce.config import AllreduceConfig, CaseSpec, expand, variant_label
+from bench.allreduce.nccl_log import log_env, write_nccl_tuning
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
@@ -30,6 +32,7 @@ from bench.report.terminal import AllreduceLive
 from bench.results.metadata import nccl_env
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop
+from bench.timing.profile import profile_ops, relative, size_note, size_profiled, trace_file
 from bench.timing.timers import sync
 from bench.units import parse_dtype
 
@@ -70,6 +73,9 @@ def add_options(p):
     p.add_argument("-n", "--iters", type=int, default=None, help="timed ops per size (floor)")
     p.add_argument("--budget-s", type=float, default=None, help="timed seconds to aim for per size and algorithm")
     p.add_argument("--check", type=int, default=None, help="correctness checks per size (0: none)")
+    p.add_argument("--profile", default=None, metavar="SIZE",
+                   help="trace SIZE (e.g. 1M) of every case with torch.profiler after its timed measurement: "
+                        "<run dir>/traces/<case>.rank<r>.json (Perfetto, HTA); timings unchanged")
     p.add_argument("--predict-worlds", dest="predict_worlds", default=None,
                    help="world sizes for model predictions, e.g. 2,8,64,1024")
     p.add_argument("--predict-sizes", dest="predict_sizes", default=None, help="sizes for model predictions, e.g. 4K,1M")
@@ -80,6 +86,8 @@ def options(args) -> dict:
                           "max_bytes", "step_factor", "warmup", "iters", "budget_s", "check", "predict_sizes",
                           "chunk_bytes"))
     ov["predict_worlds"] = int_list(args.predict_worlds, "prediction world size")
+    if args.profile is not None:
+        ov["profile"] = args.profile
     return ov
 
 
@@ -112,8 +120,10 @@ def plan(cfg: AllreduceConfig, backend: str, worlds) -> Plan:
         launches.append(LaunchPlan(world=w, config=cfg))
         for env in variants:
             v = variant_label(env)
-            launches.append(LaunchPlan(world=w, config=dataclasses.replace(cfg, algorithms=("native",)), env=env,
-                                       key=launch_key(w, v), part_prefix=f"w{w}-{re.sub(r'[^A-Za-z0-9]+', '_', v)}-"))
+            key = launch_key(w, v)  # NCCL logs its choices (bench.allreduce.nccl_log): checked in finish
+            launches.append(LaunchPlan(world=w, config=dataclasses.replace(cfg, algorithms=("native",)),
+                                       env={**env, **log_env(key, os.environ)}, key=key,
+                                       part_prefix=f"w{w}-{re.sub(r'[^A-Za-z0-9]+', '_', v)}-"))
     return Plan(launches=launches, meta=meta)
 
 
@@ -122,7 +132,8 @@ def units(cfg: AllreduceConfig, world: int, meta: dict) -> tuple[list[Unit], lis
     blocks: dict[tuple, list[CaseSpec]] = {}
     for c in expand(cfg, world, variant_label(os.environ)):  # the launch's own NCCL setting labels native
         blocks.setdefault((c.dtype, c.op, c.mode), []).append(c)
-    return [Unit(cases=tuple(b), size=s) for b in blocks.values() for s in b[0].sizes], []
+    notes = size_note(cfg.profile, [s for b in blocks.values() for s in b[0].sizes])
+    return [Unit(cases=tuple(b), size=s) for b in blocks.values() for s in b[0].sizes], notes
 
 
 def check(alg, plan: AlgPlan, inputs: torch.Tensor, want: torch.Tensor, times: int) -> int:
@@ -158,6 +169,14 @@ def measure(unit: Unit, launch) -> dict:
         with launch.tel.case(case.case_id, size_bytes=size, placement="in-place", algorithm=case.label) as tc:
             res = timed_loop(lambda _async: alg.allreduce(x, plan_), spec=loop, device=info.device,
                              barrier=comm.barrier, agree_max=comm.reduce_max)
+        trace = None
+        if size_profiled(cfg.profile, size):  # after the timed loop, outside it: timings unchanged
+            run_dir = Path(cfg.out) / cfg.name / launch.run_id
+            comm.barrier()
+            path = profile_ops(lambda: alg.allreduce(x, plan_), f"{case.case_id}@{size}B",
+                               trace_file(run_dir, f"{case.case_id}@{size}B", info.rank), info.device,
+                               sync=lambda: sync(info.device))
+            trace = relative(path, run_dir).replace(f".rank{info.rank}.json", ".rank0.json")
         del x
         per_rank = comm.gather_samples(res.samples_s)
         wrong = comm.reduce_sum(check(alg, plan_, inputs, want, cfg.check) if cfg.check else 0)
@@ -174,17 +193,23 @@ def measure(unit: Unit, launch) -> dict:
             "op": case.op, "root": -1, "mode": case.mode, "blocking": True, "warmup_iters": loop.warmup, "iters": res.ops,
             "warmup_op_s": warm, **cols, "checks": cfg.check, "wrong": wrong, "model_steps": float(a),
             "model_bytes_factor": float(b), "messages": alg.messages(info.world, ctx.count, plan_.chunk_numel),
-            **tc.summary,
+            "profile_trace": trace, **tc.summary,
         })
         tables["ranks"] += ranks
         tables["samples"] += samples
     return tables
 
 
+def finish(run_dir, cfg):
+    """After the last launch: the cost model, then what NCCL chose in the variant launches."""
+    write_model(run_dir, cfg)
+    write_nccl_tuning(run_dir)
+
+
 KIND = KINDS.register(Kind(
     module=__name__, name="allreduce", help="allreduce algorithms (ring, tree, star, halving_doubling, native) across message sizes, "
                            "with a fitted alpha-beta cost model", config=AllreduceConfig,
-    tables=("results", "samples", "ranks", "telemetry", "model", "residuals", "crossover", "predictions"),
+    tables=("results", "samples", "ranks", "telemetry", "model", "residuals", "crossover", "predictions", "nccl_tuning"),
     add_options=add_options, options=options, units=units, measure=measure, summary=allreduce_summary,
-    live=AllreduceLive, plan=plan, finish=write_model, estimate_s=estimate_s,
+    live=AllreduceLive, plan=plan, finish=finish, estimate_s=estimate_s,
 ))

@@ -31,6 +31,7 @@ class PipelineConfig(RunConfig):
     check: int = 1  # 1: compare the first step with the single-process reference
     efficiency: bool = True  # also the one-process micro-batch efficiency curve
     seed: int = 0
+    profile: int = 0  # 1: 5 more steps per case under torch.profiler, after the timed ones (0: off)
     strict: bool = False  # schedules given explicitly: a 1f1b case with chunks < stages is an error
 
     def __post_init__(self):
@@ -42,6 +43,8 @@ class PipelineConfig(RunConfig):
         at_least("micro-batch", self.micro_batch)
         at_least("steps", self.steps, 5)
         at_least("warmup", self.warmup, 0)
+        if self.profile not in (0, 1):
+            raise BenchError(f"profile {self.profile} must be 0 or 1 (1: trace 5 steps per case after the timed ones)")
         if self.tp != 1:
             raise BenchError(f"tp {self.tp} inside pipeline stages is not implemented; allowed: 1")
         for s in self.schedules:

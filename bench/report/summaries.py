@@ -68,6 +68,7 @@ def allreduce_summary(run) -> str:
            + ", ".join(f"{2 * (w - 1) / w:.3f} at world {w}" for w in worlds)
            + "): a normalisation, not the bytes each algorithm moves."]
     out += _footer(rows, run, "cells")
+    out += nccl_tuning_lines(rows, _rows(run, "nccl_tuning"))
     tables = {t: _rows(run, t) for t in ("model", "crossover", "predictions")}
     blocks = list(dict.fromkeys((m["dtype"], m["op"], m["mode"]) for m in tables["model"]))
     for key in blocks:
@@ -76,6 +77,34 @@ def allreduce_summary(run) -> str:
             out += ["#", f"# ===== dtype={key[0]} op={key[1]} mode={key[2]} ====="]
         out += _model_block(part)
     return "\n".join(out)
+
+
+def nccl_tuning_lines(rows: list[dict], tuning: list[dict]) -> list[str]:
+    """What NCCL chose in the NCCL_ALGO / NCCL_PROTO variant launches (table nccl_tuning, read from
+    NCCL's TUNING log): one FALLBACK line per size where it ran something else than asked."""
+    if not tuning:
+        nccl = any(r.get("backend") == "nccl" for r in rows)
+        variants = sorted({r["variant"] for r in rows if r.get("variant")})
+        if not nccl:
+            return ["#  NCCL: no NCCL tuning log (not nccl)"]
+        if not variants:
+            return ["#  NCCL: no NCCL tuning log (no NCCL_ALGO / NCCL_PROTO variant launch)"]
+        return [f"#  NCCL: no NCCL tuning log for {', '.join(variants)}: what NCCL ran is NOT verified "
+                "(NCCL_DEBUG_FILE or NCCL_DEBUG set by the user, or an NCCL without TUNING lines)"]
+    out = []
+    for t in tuning:
+        if t["matches_asked"]:
+            continue
+        asked = t["variant"] or "nothing"
+        chose = t["algorithm_chosen"] if t["algorithm_asked"] else t["protocol_chosen"]
+        if t["algorithm_asked"] and t["protocol_asked"]:
+            chose = f"{t['algorithm_chosen']}/{t['protocol_chosen']}"
+        out.append(f"#  asked {asked}, NCCL chose {chose} at {nbytes(t['size_bytes'])}: FALLBACK (launch {t['launch']})")
+    if not out:
+        launches = sorted({t["launch"] for t in tuning})
+        out.append(f"#  NCCL: every variant ran as asked ({len(launches)} launch(es), "
+                   f"{len({(t['launch'], t['size_bytes']) for t in tuning})} size(s) checked in NCCL's TUNING log)")
+    return out
 
 
 def _model_block(tables: dict) -> list[str]:

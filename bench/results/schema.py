@@ -21,6 +21,7 @@ COMMON = {
     "threads_per_rank": "int64",
     "oversubscribed": "bool",
     "degraded": "string",  # why the number is not what it claims to be; "" when it is
+    "profile_trace": "string",  # --profile: rank 0's torch.profiler Chrome trace, relative to the run dir (rank r: .rank<r>.json); null: not traced
 }
 
 COLLECTIVE = {
@@ -221,6 +222,22 @@ CROSSOVER = {  # tree vs ring, per measured world
     "textbook_bytes": "float64",
 }
 
+# NCCL variant launches of the allreduce kind (bench/allreduce/nccl_log.py): what NCCL chose, read
+# from its NCCL_DEBUG=INFO / NCCL_DEBUG_SUBSYS=TUNING log. One row per launch, size and choice.
+NCCL_TUNING = {
+    "run_id": "string",
+    "launch": "string",  # meta.json launches key, e.g. "2:NCCL_ALGO=Tree"
+    "variant": "string",  # the launch's NCCL_ALGO / NCCL_PROTO setting, e.g. "NCCL_ALGO=Tree"
+    "size_bytes": "int64",  # bytes of the all_reduce (NCCL's nBytes; the rows' size_bytes)
+    "algorithm_asked": "string",  # NCCL_ALGO of the launch ("" when not set)
+    "algorithm_chosen": "string",  # Tree | Ring | CollNetDirect | CollNetChain | NVLS | NVLSTree | PAT
+    "protocol_asked": "string",  # NCCL_PROTO of the launch ("" when not set)
+    "protocol_chosen": "string",  # LL | LL128 | Simple
+    "matches_asked": "bool",  # the choice is within what was asked (False: NCCL fell back silently)
+    "calls": "int64",  # log lines with this choice, over the launch's ranks
+    "log_files": "int64",  # NCCL log files of the launch that were read
+}
+
 # ---- strategy / pipeline kinds (bench.strategies): additive columns and tables ----------------
 
 STRATEGY = {
@@ -326,6 +343,7 @@ TABLES = {
     "model": MODEL, "residuals": RESIDUALS, "predictions": PREDICTIONS, "crossover": CROSSOVER,
     "strategy_ranks": STRATEGY_RANKS, "strategy_steps": STRATEGY_STEPS,
     "strategy_spans": STRATEGY_SPANS, "microbatch_efficiency": MICROBATCH_EFFICIENCY,
+    "nccl_tuning": NCCL_TUNING,
 }
 
 

@@ -30,8 +30,11 @@ TOLERANCE = f"rtol={RTOL:g} atol={ATOL:g} (float32)"
 
 class Clock:
     """Compute intervals of the local module: (kind, stage, mb, start_s, end_s), kind in fwd |
-    bwd | recompute (recompute lies inside a bwd interval). perf_counter on CPU; on CUDA, events
-    placed relative to a reference event, resolved after the step's synchronize."""
+    bwd | recompute (recompute lies inside a bwd interval), and communication waits (start_s,
+    end_s, peers). perf_counter on CPU; on CUDA, events on the current stream placed relative to
+    a reference event, resolved after the step's synchronize (a wait: events before and after it,
+    so the time the stream stalls on the transfer counts, not the host call, which under NCCL
+    returns at once)."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
@@ -40,8 +43,9 @@ class Clock:
 
     def reset(self):
         self.spans: list[tuple] = []
-        self.waits: list[tuple[float, float]] = []  # blocked in communication waits (host time)
+        self.waits: list[tuple] = []  # (start_s, end_s, peers): blocked in communication waits
         self._pending: list[tuple] = []
+        self._pending_waits: list[tuple] = []
         if self.cuda:
             self._ref = torch.cuda.Event(enable_timing=True)
             self._ref.record()
@@ -64,13 +68,38 @@ class Clock:
             finally:
                 self.spans.append((kind, stage, mb, t0, time.perf_counter()))
 
+    @contextmanager
+    def wait(self, peers=None):
+        """Time a communication wait: host time on CPU, the stream's stall on CUDA."""
+        if self.cuda:
+            a = torch.cuda.Event(enable_timing=True)
+            a.record()
+            try:
+                yield
+            finally:
+                b = torch.cuda.Event(enable_timing=True)
+                b.record()
+                self._pending_waits.append((a, b, peers))
+        else:
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.waits.append((t0, time.perf_counter(), peers))
+
+    def _at(self, a, b) -> tuple[float, float]:
+        start = self._ref_host + self._ref.elapsed_time(a) * 1e-3
+        return start, start + a.elapsed_time(b) * 1e-3
+
     def resolve(self) -> list[tuple]:
-        """All spans in seconds (call after the device is synchronized)."""
+        """All spans in seconds (call after the device is synchronized); resolves the waits too."""
         if self._pending:
             for kind, s, m, a, b in self._pending:
-                start = self._ref_host + self._ref.elapsed_time(a) * 1e-3
-                self.spans.append((kind, s, m, start, start + a.elapsed_time(b) * 1e-3))
+                self.spans.append((kind, s, m, *self._at(a, b)))
             self._pending = []
+        if self._pending_waits:
+            self.waits.extend((*self._at(a, b), peers) for a, b, peers in self._pending_waits)
+            self._pending_waits = []
         return self.spans
 
     def totals(self) -> dict:

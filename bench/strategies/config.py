@@ -57,6 +57,7 @@ class StrategiesConfig(RunConfig):
     steps: int = 6
     check: int = 1
     seed: int = 0
+    profile: int = 0  # 1: 5 more steps per case under torch.profiler, after the timed ones (0: off)
 
     def __post_init__(self):
         super().__post_init__()
@@ -67,6 +68,8 @@ class StrategiesConfig(RunConfig):
         at_least("batch", self.batch)
         at_least("steps", self.steps, 5)
         at_least("warmup", self.warmup, 0)
+        if self.profile not in (0, 1):
+            raise BenchError(f"profile {self.profile} must be 0 or 1 (1: trace 5 steps per case after the timed ones)")
         if self.bucket_cap_mb <= 0:
             raise BenchError(f"bucket_cap_mb {self.bucket_cap_mb} must be > 0")
         expand_strategies(self)

@@ -17,6 +17,9 @@ def add_options(p):
     p.add_argument("--model", "--models", dest="models", default=None, help="model presets, comma list")
     p.add_argument("--chunks", default=None, help="pp micro-batches")
     p.add_argument("--schedule", default=None, help="pp schedule")
+    p.add_argument("--profile", type=int, default=None, metavar="0|1",
+                   help="1: 5 more steps per case under torch.profiler after the timed ones: "
+                        "<run dir>/traces/<case>.rank<r>.json (Perfetto, HTA); timings unchanged")
     p.add_argument("--bucket-cap-mb", dest="bucket_cap_mb", type=float, default=None, help="ddp bucket size, MB")
 
 
@@ -25,6 +28,8 @@ def options(args) -> dict:
     ov = {**overrides(args, ("strategies", "models", "bucket_cap_mb")), **ints(args, one, one=one)}
     if args.schedule is not None:
         ov["schedule"] = args.schedule
+    if args.profile is not None:
+        ov["profile"] = args.profile
     return ov
 
 

@@ -9,6 +9,7 @@ bubble next to the textbook forms and the calibrated replay (bench.pipeline.repl
 """
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from bench.strategies import REGISTRY
 from bench.strategies.base import TOLERANCE, Ctx, peak_bytes, read_peak, reference_check, reset_peak
 from bench.strategies.config import CaseSpec
 from bench.strategies.pp import stages_per_rank
+from bench.timing.profile import profile_steps, relative, trace_file
 from bench.timing.stats import summarize
 from bench.timing.timers import sync
 from bench.workloads import Batches, build_model, get_spec, loss_fn
@@ -55,8 +57,34 @@ def _solo_s(trainer, steps: int) -> float:
     return float(np.median(out))
 
 
-def measure_case(case: CaseSpec, cfg, comm: Comm) -> dict:
-    """Every rank: one case. Returns the gathered per-rank facts (on every rank)."""
+# The pipeline rows' `degraded` on CUDA until a GPU run has checked the CUDA-event wait timing.
+CUDA_WAITS_UNVERIFIED = "bubble on CUDA: waits timed with CUDA events, not yet verified on a GPU"
+
+
+def with_note(degraded: str, note: str) -> str:
+    """`degraded` text with one more reason ("; " between reasons)."""
+    return "; ".join(x for x in (degraded, note) if x)
+
+
+def _profile(trainer, comm: Comm, case: CaseSpec, run_dir) -> str:
+    """Every rank: 5 more steps under torch.profiler, after the timed ones (their timings are
+    already taken); each labelled '<case_id>@step<k>'. Returns rank 0's trace path, relative."""
+    rank = comm.info.rank
+
+    def before(_k):
+        trainer.prefetch()
+        trainer.sync()
+        trainer.clock.reset()
+        comm.barrier()
+
+    path = profile_steps(lambda _k: trainer.step(), lambda k: f"{case.case_id}@step{k}",
+                         trace_file(run_dir, case.case_id, rank), comm.info.device, sync=trainer.sync, before=before)
+    return relative(path, run_dir).replace(f".rank{rank}.json", ".rank0.json")
+
+
+def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
+    """Every rank: one case. Returns the gathered per-rank facts (on every rank); with
+    cfg.profile (and a run_dir), 5 profiled steps after everything timed."""
     info = comm.info
     spec = get_spec(case.model)
     ctx = Ctx(spec=spec, rank=info.rank, world=info.world, device=info.device, batch=case.batch, seed=cfg.seed,
@@ -79,13 +107,14 @@ def measure_case(case: CaseSpec, cfg, comm: Comm) -> dict:
     mem = max((read_peak(d, host_reset) for d in devices), key=peak_bytes)  # max over the devices it drives
     solo = _solo_s(trainer, cfg.steps)
     loss = trainer.loss()
+    trace = _profile(trainer, comm, case, run_dir) if getattr(cfg, "profile", 0) and run_dir is not None else None
     mine = {"recs": recs, "mem": mem, "solo_s": solo, "role": trainer.role, "degraded": trainer.degraded,
             "devices": trainer.devices, "comm_in_compute": trainer.comm_in_compute,
             "order": trainer.pipeline_order() if case.strategy == "pp" and info.rank == 0 else None,
             "params": param_count(build_model(spec, cfg.seed)) if info.rank == 0 else 0}
     facts = comm.gather_object(mine)
     del trainer
-    return {"facts": facts, "check": chk, "loss": loss}
+    return {"facts": facts, "check": chk, "loss": loss, "trace": trace}
 
 
 def _replay_columns(case: CaseSpec, facts: list[dict]) -> dict:
@@ -162,6 +191,8 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
     sps = case.batch / st.median_s
     tps = sps * spec.tokens_per_sample
     degraded = facts[0]["degraded"] or base_row["degraded"]
+    if case.strategy == "pp" and base_row.get("device_type") == "cuda":
+        degraded = with_note(degraded, CUDA_WAITS_UNVERIFIED)
     mean = lambda n: float(np.mean([x[n] for x in ranks]))  # noqa: E731
     row = {**base_row, "case_id": case.case_id, "world": world, "degraded": degraded, "strategy": case.strategy,
            "model": case.model, "family": spec.family, "params": facts[0]["params"], "devices": devices,
@@ -180,7 +211,7 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
            if facts[0]["comm_in_compute"] and np.isfinite(mean("solo_compute_s")) else float("nan"),
            "memory_kind": ranks[0]["memory_kind"], "peak_memory_bytes": max(x["peak_bytes"] for x in ranks),
            "host_peak_rss_bytes": max(x["host_peak_rss_bytes"] for x in ranks),
-           "loss": res["loss"], "tolerance": TOLERANCE}
+           "loss": res["loss"], "tolerance": TOLERANCE, "profile_trace": res.get("trace")}
     chk = res["check"]
     row.update({"checks": 1 if chk else 0, "wrong": chk["wrong"] if chk else 0,
                 "max_abs_diff": chk["max_abs_diff"] if chk else float("nan")})
@@ -255,7 +286,8 @@ def efficiency_curve(cfg, device, run_id: str, stages: int) -> list[dict]:
 def measure(case: CaseSpec, launch) -> dict:
     """Every rank: one strategy / pipeline case inside its telemetry window; tables on rank 0."""
     with launch.tel.case(case.case_id, strategy=case.strategy, model=case.model) as tc:
-        res = measure_case(case, launch.job.config, launch.comm)
+        cfg = launch.job.config
+        res = measure_case(case, cfg, launch.comm, Path(cfg.out) / cfg.name / launch.run_id)
     if launch.info.rank != 0:
         return {}
     tables = build_tables(case, res, launch.base_row(), launch.hosts, launch.nodes)

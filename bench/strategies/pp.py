@@ -10,7 +10,6 @@ blocked in the schedule's p2p waits is recorded separately (schedules._wait_batc
 """
 
 import inspect
-import time
 
 import torch
 import torch.distributed as dist
@@ -91,7 +90,8 @@ _WAIT_CLOCK: list = [None]
 
 
 def _patch_waits():
-    """Record host time blocked in the schedules' p2p waits on the active clock (once per process)."""
+    """Record the schedules' p2p waits on the active clock (once per process): host time on CPU,
+    CUDA events around the wait on CUDA (Clock.wait), with the peers waited on."""
     from torch.distributed.pipelining import schedules
 
     if getattr(schedules, "_distbench_patched", False) or not hasattr(schedules, "_wait_batch_p2p"):
@@ -108,13 +108,11 @@ def _patch_waits():
         return works
 
     def timed(work):
-        t0 = time.perf_counter()
-        try:
+        c = _WAIT_CLOCK[0]
+        if c is None:
             return orig(work)
-        finally:
-            c = _WAIT_CLOCK[0]
-            if c is not None:  # (start, end, peers): breakdown attributes the wait to those ranks
-                c.waits.append((t0, time.perf_counter(), getattr(work, "peers", None) or None))
+        with c.wait(getattr(work, "peers", None) or None):  # (start, end, peers): breakdown attributes it to them
+            return orig(work)
 
     if orig_batch is not None:
         schedules._batch_p2p = batch

@@ -1,0 +1,130 @@
+"""Pipeline waits on CUDA: CUDA events on the stream around each p2p wait (Clock.wait), resolved
+after the step's synchronize like the compute spans, peers kept; the pipeline rows say the CUDA
+bubble is not yet verified on a GPU. torch.cuda.Event is faked with scripted device times."""
+
+import torch
+
+from bench.strategies import base
+from bench.strategies.base import Clock
+from bench.strategies.measure import CUDA_WAITS_UNVERIFIED, with_note
+
+
+class FakeEvent:
+    """record() takes the next scripted device time (seconds); elapsed_time in ms, as CUDA's."""
+
+    script: list = []
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = FakeEvent.script.pop(0)
+
+    def elapsed_time(self, other) -> float:
+        assert self.t is not None and other.t is not None, "resolved before both were recorded"
+        return (other.t - self.t) * 1e3
+
+
+def _cuda_clock(monkeypatch, script):
+    FakeEvent.script = list(script)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(base.time, "perf_counter", lambda: 100.0)  # host time of the reference event
+    return Clock(torch.device("cuda", 0))
+
+
+def test_clock_times_waits_with_cuda_events(monkeypatch):
+    # device times: ref 0.0; fwd 0.001..0.004; wait 0.004..0.010 (stream stalled 6 ms on the recv);
+    # bwd 0.010..0.012; wait 0.012..0.0125
+    clock = _cuda_clock(monkeypatch, [0.0, 0.001, 0.004, 0.004, 0.010, 0.010, 0.012, 0.012, 0.0125, 0.02])
+    with clock.span("fwd", 1, 0):
+        pass
+    with clock.wait((0,)):
+        pass  # under NCCL work.wait() returns at once: the host saw nothing of the stall
+    with clock.span("bwd", 1, -1):
+        pass
+    with clock.wait(None):
+        pass
+    assert clock.waits == []  # nothing until the step is synchronized and resolved
+    spans = clock.resolve()
+    assert [(k, round(a, 9), round(b, 9)) for k, _, _, a, b in spans] == [("fwd", 100.001, 100.004),
+                                                                          ("bwd", 100.010, 100.012)]
+    assert [(round(a, 9), round(b, 9), p) for a, b, p in clock.waits] == [(100.004, 100.010, (0,)),
+                                                                          (100.012, 100.0125, None)]
+    clock.resolve()  # resolving twice adds nothing
+    assert len(clock.waits) == 2
+    clock.reset()
+    assert clock.waits == [] and clock._pending_waits == []
+
+
+def test_patched_p2p_wait_uses_the_clock_on_cuda(monkeypatch):
+    from torch.distributed.pipelining import schedules
+
+    from bench.strategies import pp
+
+    pp._patch_waits()
+    clock = _cuda_clock(monkeypatch, [0.0, 0.002, 0.007])
+
+    class Work:
+        waited = 0
+
+        def wait(self):
+            Work.waited += 1
+
+    class Works(list):
+        peers = (2,)
+
+    pp._WAIT_CLOCK[0] = clock
+    try:
+        schedules._wait_batch_p2p(Works([Work(), Work()]))
+    finally:
+        pp._WAIT_CLOCK[0] = None
+    assert Work.waited == 2
+    clock.resolve()
+    assert [(round(a, 9), round(b, 9), p) for a, b, p in clock.waits] == [(100.002, 100.007, (2,))]
+
+
+def test_cpu_waits_stay_host_time(monkeypatch):
+    times = iter([5.0, 5.25])
+    monkeypatch.setattr(base.time, "perf_counter", lambda: next(times))
+    clock = Clock(torch.device("cpu"))
+    with clock.wait((1,)):
+        pass
+    assert clock.waits == [(5.0, 5.25, (1,))]
+
+
+def test_degraded_note_on_cuda():
+    assert with_note("", CUDA_WAITS_UNVERIFIED) == CUDA_WAITS_UNVERIFIED
+    assert with_note("oversubscribed", CUDA_WAITS_UNVERIFIED) == f"oversubscribed; {CUDA_WAITS_UNVERIFIED}"
+    assert CUDA_WAITS_UNVERIFIED == "bubble on CUDA: waits timed with CUDA events, not yet verified on a GPU"
+
+
+def test_pipeline_rows_say_degraded_on_cuda():
+    """build_tables on two ranks' facts (stage 0 then stage 1, one micro-batch): the pp row on
+    CUDA carries the note after the launch's own reason; on CPU it does not."""
+    from bench.pipeline.replay import gpipe_order
+    from bench.strategies.config import CaseSpec
+    from bench.strategies.measure import build_tables
+
+    mem = {"memory_kind": "cuda", "peak_allocated_bytes": 1, "peak_active_bytes": 1, "peak_reserved_bytes": 1,
+           "device_used_bytes": 1, "device_total_bytes": 2, "host_peak_rss_bytes": 1, "host_peak_is_lifetime": False}
+
+    def rec(r):
+        f0, b0 = (0.0, 1.0), (3.0, 4.0)
+        f1, b1 = (1.0, 2.0), (2.0, 3.0)
+        spans = [("fwd", 0, 0, *f0), ("bwd", 0, -1, *b0)] if r == 0 else [("fwd", 1, 0, *f1), ("bwd", 1, -1, *b1)]
+        waits = [(1.0, 3.0, (1,))] if r == 0 else [(0.0, 1.0, (0,))]
+        return {"span": (0.0, 4.0), "spans": spans, "waits": waits}
+
+    facts = [{"recs": [rec(r)] * 5, "mem": mem, "solo_s": float("nan"), "role": f"stages {r}", "degraded": "",
+              "devices": 1, "comm_in_compute": False, "order": gpipe_order(2, 1) if r == 0 else None,
+              "params": 10} for r in range(2)]
+    case = CaseSpec(strategy="pp", model="mlp-pipe", world=2, chunks=1, schedule="gpipe", batch=8)
+    res = {"facts": facts, "check": None, "loss": 1.0}
+    for device, before, want in (("cuda", "oversubscribed", f"oversubscribed; {CUDA_WAITS_UNVERIFIED}"),
+                                 ("cuda", "", CUDA_WAITS_UNVERIFIED), ("cpu", "", "")):
+        base_row = {"run_id": "r", "suite": "s", "kind": "pipeline", "world": 2, "nodes": 1, "backend": "nccl",
+                    "device_type": device, "threads_per_rank": 1, "oversubscribed": bool(before), "degraded": before}
+        row = build_tables(case, res, base_row, ["h", "h"], 1)["results"][0]
+        assert row["degraded"] == want
+        assert row["bubble_measured"] > 0
