@@ -1,13 +1,13 @@
-"""Shared test helpers. `spawn(fn, world, *args)` runs fn(info, *args) on `world` gloo ranks
-started by torch's elastic launcher (the product's own launcher) and returns {rank: result}.
-fn must be a module-level function (ranks are started with the spawn method)."""
+"""Shared test helpers, reached one way: `from conftest import spawn, run_cli, ...`.
+
+`spawn(fn, world, *args)` runs fn(info, *args) on `world` gloo ranks started by torch's elastic
+launcher (the product's own launcher) and returns {rank: result}. fn must be a module-level
+function (ranks are started with the spawn method)."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -24,11 +24,6 @@ def run_cli(*argv, cwd=None, env=None, timeout=600) -> subprocess.CompletedProce
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "bench", *argv], cwd=cwd or ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture
-def spawn_ranks():
-    return spawn
 
 
 def assert_usage_error(rc: int, err: str, message: str, out: Path):

@@ -1,17 +1,25 @@
-"""Every registered collective's output equals the exact expected value on every rank, at world
-sizes 2 and 3 (gloo), over dtypes, reduce ops, roots and placements. Parametrized over the
-registry: a new collective module is tested without editing this file."""
+"""bench.collectives: every registered collective's output equals the exact expected value on
+every rank (world 2 and 3, gloo, over dtypes, reduce ops, roots and placements), the input
+patterns, avg's ulp bound, the bus factors, bad input at the CLI, and a tiny run end to end.
+Parametrized over the registry: a new collective module is tested without editing this file."""
 
 import pytest
 import torch
 
+from bench.cli import main
 from bench.collectives import REGISTRY, Ctx
-from bench.collectives.base import move_values, reduce_expected, reduce_values, arange
-from conftest import spawn
+from bench.collectives.all_reduce import AllReduce
+from bench.collectives.base import (arange, avg_ulp_bound, expected_range, move_range, move_values, reduce_expected,
+                                    reduce_range, reduce_values, wrong_elements)
+from bench.collectives.kind import KIND, check
+from bench.results.store import load_run
+from conftest import assert_usage_error, run_cli, spawn
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32, torch.int8]
 OPS = ["sum", "avg", "max", "min", "product"]
 
+
+# ---- exact output of every collective ---------------------------------------------------------
 
 def _variants(coll, world):
     counts = [world, 7 * world, 1000 * world + world]  # sharded collectives need multiples of world
@@ -25,8 +33,6 @@ def _variants(coll, world):
 
 
 def _check_all(info, names):
-    from bench.collectives.runner import check
-
     out = {}
     for name in names:
         coll = REGISTRY.get(name)
@@ -51,11 +57,30 @@ def test_collective_output_is_exact_on_every_rank(checked, name):
     world, results = checked
     if world < REGISTRY.get(name).min_world:
         pytest.skip(f"{name} needs world >= {REGISTRY.get(name).min_world}")
+    assert sorted(results) == list(range(world))
     for rank, per_coll in results.items():
         wrong, checks = per_coll[name]
         assert checks > 0
         assert wrong == 0, f"{name}: {wrong} wrong elements on rank {rank}"
 
+
+class _Broken(AllReduce):
+    name = "broken"
+
+    def call(self, c, b, async_op=False):
+        b.inputs.add_(1)  # a wrong result: the check must count every element
+
+
+def _check_broken(info):
+    c = Ctx(rank=info.rank, world=info.world, count=10, dtype=torch.float32, device=info.device, op="sum")
+    return check(_Broken(), c, 2)
+
+
+def test_check_counts_wrong_elements():
+    assert spawn(_check_broken, 1) == {0: 20}
+
+
+# ---- input patterns -----------------------------------------------------------------------------
 
 def test_inputs_identify_source_rank_and_index():
     idx = arange(0, 1000, "cpu")
@@ -65,7 +90,7 @@ def test_inputs_identify_source_rank_and_index():
         assert len(torch.unique(a[:50])) > 10, "values must vary with the index"
 
 
-@pytest.mark.parametrize("op", ["sum", "max", "min", "avg", "product"])
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
 def test_closed_form_reduction_matches_brute_force(op, world):
     idx = arange(0, 500, "cpu")
@@ -80,10 +105,8 @@ def test_closed_form_reduction_matches_brute_force(op, world):
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 8])
-@pytest.mark.parametrize("op", ["sum", "avg", "max", "min", "product"])
+@pytest.mark.parametrize("op", OPS)
 def test_fast_tiled_patterns_equal_the_definitions(world, op):
-    from bench.collectives.base import expected_range, move_range, reduce_range
-
     for dtype in [torch.float32, torch.bfloat16, torch.int8]:
         c = Ctx(rank=0, world=world, count=1, dtype=dtype, device=torch.device("cpu"), op=op)
         for start, n in [(0, 5), (3, 10_000), (12_345, 54_321)]:
@@ -93,3 +116,171 @@ def test_fast_tiled_patterns_equal_the_definitions(world, op):
                 continue
             assert torch.equal(reduce_range(world - 1, start, n, c), reduce_values(world - 1, idx, c))
             assert torch.equal(expected_range(start, n, c), reduce_expected(idx, c))
+
+
+# ---- avg under NCCL: a pre-multiplied sum, compared within (n + 2) ulps ----------------------------
+
+def premul_avg(c: Ctx, index: torch.Tensor, order) -> torch.Tensor:
+    """What NCCL's ncclAvg computes for floats: every rank's input times fl(1/n) in the dtype,
+    then summed in the dtype in a ring order."""
+    m = torch.tensor(1.0 / c.world, dtype=c.dtype)
+    terms = [reduce_values(r, index, c) * m for r in order]
+    acc = terms[0]
+    for t in terms[1:]:
+        acc = acc + t
+    return acc
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_avg_premultiplied_at_world_3_is_within_the_bound(dtype):
+    n = 3
+    c = Ctx(rank=0, world=n, count=4096, dtype=dtype, device=torch.device("cpu"), op="avg")
+    idx = arange(0, c.count, c.device)
+    want = reduce_expected(idx, c)
+    exact_wrong, new_wrong = 0, 0
+    for start in range(n):  # each rank's ring order
+        got = premul_avg(c, idx, [(start + k) % n for k in range(n)])
+        exact_wrong += int((got != want).sum())
+        new_wrong += wrong_elements(got, want, "avg", dtype, n)
+    if dtype != torch.float64:
+        assert exact_wrong > 0  # an exact check would report a correct backend as wrong
+    assert new_wrong == 0
+
+
+def test_a_misrouted_avg_is_still_caught():
+    n = 3
+    c = Ctx(rank=0, world=n, count=999, dtype=torch.float32, device=torch.device("cpu"), op="avg")
+    idx = arange(0, c.count, c.device)
+    want = reduce_expected(idx, c)
+    got = premul_avg(c, idx, [0, 1, 2])
+    got[10:20] = got[30:40].clone()  # a chunk from the wrong place
+    assert wrong_elements(got, want, "avg", torch.float32, n) >= 9
+    got = want.clone()
+    got[5] = float("nan")
+    assert wrong_elements(got, want, "avg", torch.float32, n) == 1
+
+
+@pytest.mark.parametrize("op,dtype", [("sum", torch.float32), ("avg", torch.int32), ("max", torch.bfloat16)])
+def test_other_ops_and_integer_avg_stay_exact(op, dtype):
+    want = torch.arange(10, dtype=dtype) + 100
+    got = want.clone()
+    got[3] = got[3] + 1
+    assert wrong_elements(got, want, op, dtype, 3) == 1
+    assert wrong_elements(want.clone(), want, op, dtype, 3) == 0
+
+
+def test_avg_bound_is_stated():
+    assert avg_ulp_bound(3) == 5 and avg_ulp_bound(8) == 10
+
+
+# ---- bus factors (nccl-tests doc/PERFORMANCE.md, hand-computed for n = 1, 2, 3, 4, 8) -------------
+
+FACTORS = {
+    "all_reduce": {1: 0.0, 2: 1.0, 3: 4 / 3, 4: 1.5, 8: 1.75},
+    "all_gather": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
+    "all_gather_single": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
+    "reduce_scatter": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
+    "reduce_scatter_single": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
+    "all_to_all": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
+    "all_to_all_single": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
+    "scatter": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
+    "gather": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
+    "broadcast": {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 8: 1.0},
+    "reduce": {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 8: 1.0},
+    "sendrecv": {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 8: 1.0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORS))
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_bus_factors(name, n):
+    assert REGISTRY.get(name).bus_factor(n) == pytest.approx(FACTORS[name][n])
+
+
+@pytest.mark.parametrize("name", REGISTRY.names())
+def test_every_sized_collective_has_a_known_factor(name):
+    """A new sized collective must state its bus factor here (nccl-tests' definition)."""
+    if REGISTRY.get(name).sized:
+        assert name in FACTORS, f"add {name}'s nccl-tests bus factor to FACTORS"
+
+
+# ---- the kind: units without ranks, bad input at the CLI ---------------------------------------
+
+@pytest.mark.parametrize("name", REGISTRY.names())
+def test_every_collective_is_a_unit_of_the_default_suite_at_its_world(name):
+    from bench.collectives.config import CollectivesConfig
+
+    world = max(2, REGISTRY.get(name).min_world)
+    cfg = CollectivesConfig(collectives=(name,), world=(world,), sizes=("4K",))
+    units, _ = KIND.units(cfg, world, {})
+    assert units and {u.case.collective for u in units} == {name}
+
+
+CASES = [
+    (["-c", "all_reduse"], "unknown collective 'all_reduse' (did you mean 'all_reduce'?)"),
+    (["--sizes", "4X"], "bad size '4X'"),
+    (["-b", "1M", "-e", "1K"], "min bytes 1048576 > max bytes 1024"),
+    (["-f", "1"], "step factor 1.0 must be > 1"),
+    (["--nproc", "0"], "world size 0 must be >= 1"),
+    (["--nproc", "two"], "bad world size 'two'"),
+    (["--backend", "nccl"], "backend 'nccl' needs CUDA"),
+    (["--backend", "mpi"], "unknown backend 'mpi'"),
+    (["--dtype", "float33"], "unknown dtype 'float33' (did you mean 'float32'?)"),
+    (["--op", "avgg"], "unknown reduce op 'avgg' (did you mean 'avg'?)"),
+    (["--mode", "latncy"], "unknown timing mode 'latncy' (did you mean 'latency'?)"),
+    (["--root", "5", "--nproc", "2", "-c", "broadcast"], "root 5 is not a rank at world size 2"),
+    (["--dtype", "int32", "--op", "avg", "-c", "all_reduce"], "backend gloo cannot do op 'avg' on int32"),
+]
+
+
+@pytest.mark.parametrize("argv,message", CASES, ids=[c[1][:30] for c in CASES])
+def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
+    out = tmp_path / "results"
+    sized = "--sizes" in argv or "-b" in argv
+    rc = main(["collectives", "--out", str(out), *([] if sized else ["--sizes", "1K"]), *argv])
+    assert_usage_error(rc, capsys.readouterr().err, message, out)
+
+
+# ---- end to end ---------------------------------------------------------------------------------
+
+TINY = """
+kind = "collectives"
+name = "tiny"
+collectives = ["all_reduce", "all_gather_single", "broadcast", "sendrecv", "barrier"]
+world = [2]
+sizes = ["1K", "4K"]
+modes = ["latency", "throughput"]
+budget_s = 0.001
+iters = 20
+"""
+
+
+def test_cli_run_on_a_tiny_suite(tmp_path):
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(TINY)
+    p = run_cli("collectives", "--suite", str(suite), "--out", str(tmp_path / "res"))
+    assert p.returncode == 0, p.stderr
+    assert "out-of-place" in p.stdout and "Wrong elements: 0 OK" in p.stdout
+    (run_dir,) = (tmp_path / "res" / "tiny").iterdir()
+    run = load_run(run_dir)
+    df = run["results"]
+    # 4 sized collectives x 2 sizes x placements (all_gather_single has 2) x 2 modes + barrier x 2 modes
+    assert len(df) == (2 + 2 * 2 + 2 + 2) * 2 + 2
+    assert set(df["kind"]) == {KIND.name} and run.meta["kind"] == KIND.name  # one name everywhere
+    assert set(df["mode"]) == {"latency", "throughput"}
+    assert (df["wrong"] == 0).all() and (df["world"] == 2).all()
+    assert (df.loc[df.collective != "barrier", "iters"] >= 20).all()
+    ar = df[(df.collective == "all_reduce") & (df["mode"] == "latency")]
+    assert (ar["bus_factor"] == 1.0).all()
+    assert (ar["busbw_gbps"] - ar["size_bytes"] / ar["time_median_s"] / 1e9).abs().max() < 1e-9
+    s = run["samples"]
+    one = s[(s.case_id == ar.case_id.iloc[0]) & (s.size_bytes == 1024)]
+    assert sorted(one["rank"].unique()) == [0, 1]
+    # the row's median is the median of the per-iteration max over ranks
+    worst = one.pivot(index="iteration", columns="rank", values="seconds").max(axis=1)
+    assert abs(worst.median() - ar[ar.size_bytes == 1024]["time_median_s"].iloc[0]) < 1e-12
+    meta = run.meta
+    assert meta["launches"]["2"]["world"] == 2 and meta["software"]["torch"] == torch.__version__
+    assert meta["launches"]["2"]["threads_per_rank"] == 1 and "first_collective_s" in meta["launches"]["2"]
+    assert "git_sha" in meta
+    assert meta["command_line"].startswith(f"__main__.py collectives --suite {suite} "), meta["command_line"]

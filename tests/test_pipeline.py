@@ -1,14 +1,18 @@
-"""Pipeline arithmetic on synthetic timelines with known answers, chunk/schedule validation,
+"""bench.pipeline: arithmetic on synthetic timelines with known answers, chunk/schedule validation,
 bad input at the CLI, and the end-to-end `make bench-pipeline CHUNKS=1,2` on a tiny preset."""
 
 import math
 import os
 import subprocess
+import sys
 
 import pandas as pd
 import pytest
 
 from bench.errors import BenchError
+from bench.pipeline.config import PipelineConfig, expand_pipeline
+from bench.pipeline.kind import KIND
+from bench.results.store import load_run
 from bench.pipeline.breakdown import breakdown, overlap, union
 from bench.pipeline.replay import balanced, gpipe_order, one_f_one_b_order, replay
 from bench.pipeline.theory import gpipe_bubble, megatron_bubble
@@ -116,8 +120,7 @@ def test_validation(kw, message):
 
 
 def test_1f1b_below_stages_is_skipped_in_a_default_sweep():
-    from bench.strategies.config import PipelineConfig, expand_pipeline
-
+    
     cases, notes = expand_pipeline(PipelineConfig(model="mlp-tiny", chunks=(1, 2), batch=8))
     assert {(c.schedule, c.chunks) for c in cases} == {("gpipe", 1), ("gpipe", 2), ("1f1b", 2)}
     assert any("1f1b skipped for chunks 1" in n for n in notes)
@@ -126,11 +129,23 @@ def test_1f1b_below_stages_is_skipped_in_a_default_sweep():
 
 
 def test_fixed_micro_batch_mode():
-    from bench.strategies.config import PipelineConfig, expand_pipeline
-
+    
     cases, _ = expand_pipeline(PipelineConfig(model="mlp-tiny", chunks=(2, 4), micro_batch=(3,), schedules=("gpipe",)))
     assert [(c.chunks, c.batch, c.micro_batch, c.sweep_mode) for c in cases] == [(2, 6, 3, "micro-batch"),
                                                                                  (4, 12, 3, "micro-batch")]
+
+
+def test_units_per_world_and_the_launcher_world():
+    """units() are pure: the cases of one world, no ranks needed; at_world narrows the stages to the
+    world torchrun / srun chose."""
+    cfg = PipelineConfig(model="mlp-tiny", stages=(1, 2), chunks=(2,), batch=8, schedules=("gpipe",))
+    assert tuple(KIND.worlds(cfg)) == (1, 2)
+    for w in (1, 2):
+        units, _ = KIND.units(cfg, w, {})
+        assert units and {u.world for u in units} == {w} and units == KIND.units(cfg, w, {})[0]
+    assert KIND.at_world(cfg, 2).stages == (2,) and tuple(KIND.worlds(KIND.at_world(cfg, 2))) == (2,)
+    with pytest.raises(BenchError, match=r"= 1 != world_size\(3\)"):
+        KIND.at_world(cfg, 3)  # the suite cannot run at a world that is not stages x tp
 
 
 CLI_CASES = [
@@ -141,11 +156,8 @@ CLI_CASES = [
     (["pipeline", "--schedule", "1f1c"], "unknown schedule '1f1c' (did you mean '1f1b'?)"),
     (["pipeline", "--model", "mlp-tinny"], "unknown model preset 'mlp-tinny' (did you mean 'mlp-tiny'?)"),
     (["pipeline", "--model", "mlp-tiny", "--balance", "1,1"], "balance 1,1 sums to 2"),
-    (["pipeline", "--nproc", "3"], "world size 3 does not match stages x tp: 2 x 1 = 2"),
+    (["pipeline", "--nproc", "3"], "dp(1) * tp(1) * pp(2) = 2 != world_size(3)"),
     (["pipeline", "--checkpoint", "sometimes"], "unknown checkpoint mode 'sometimes'"),
-    (["strategies", "-s", "fsdpp"], "unknown strategy 'fsdpp' (did you mean 'fsdp'?)"),
-    (["strategies", "--models", "gpt-tinny"], "unknown model preset 'gpt-tinny' (did you mean 'gpt-tiny'?)"),
-    (["strategies", "--batch", "7", "-s", "ddp"], "batch 7 is not divisible by world size 2"),
 ]
 
 
@@ -163,13 +175,15 @@ def test_make_bench_pipeline_end_to_end(tmp_path):
     memory fields typed, correctness checked, summary printed."""
     out = tmp_path / "results"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run(["make", "-s", "bench-pipeline", "CHUNKS=1,2", "PYTHON_BIN=" + str(ROOT / ".venv/bin/python"),
+    p = subprocess.run(["make", "-s", "bench-pipeline", "CHUNKS=1,2", "PYTHON_BIN=" + sys.executable,
                         f"ARGS=--model mlp-tiny --batch 8 --steps 5 --warmup 1 --out {out}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "# Summary" in p.stdout and "1f1b skipped for chunks 1" in p.stdout
     run = next((out / "pipeline").iterdir())
     res = pd.read_parquet(run / "results.parquet")
+    stored = load_run(run)
+    assert set(res["kind"]) == {KIND.name} and stored.meta["kind"] == KIND.name  # one name everywhere
     assert sorted(zip(res.schedule, res.chunks)) == [("1f1b", 2), ("gpipe", 1), ("gpipe", 2)]
     assert (res.wrong == 0).all() and (res.checks == 1).all()
     assert (res.steps >= 5).all()

@@ -1,81 +1,156 @@
-"""Every strategy, after one step, gives the loss and every parameter gradient of the
-single-process reference within bench.strategies.base.TOLERANCE (CPU, gloo, world 2; dp and
-layer are single-process strategies and run at world 1)."""
+"""bench.strategies: every registered strategy, after one step, gives the loss and every
+parameter gradient of the single-process reference within bench.strategies.base.TOLERANCE (CPU,
+gloo, world 2; single-process strategies at world 1); each strategy's own checks and degree
+arithmetic (ParallelDims); bad input at the CLI; every strategy through the CLI end to end.
+Parametrized over bench.strategies.REGISTRY: a new strategy module is covered without editing
+this file (VARIANTS only adds settings to the default cases)."""
 
 import pytest
 import torch
 
-from bench.strategies.base import ATOL, RTOL
+from bench.errors import BenchError
+from bench.results.store import load_run
+from bench.strategies import REGISTRY
+from bench.strategies.base import ATOL, RTOL, Ctx, reference_check
+from bench.strategies.config import CaseSpec, StrategiesConfig, expand_strategies
+from bench.strategies.dims import ParallelDims
+from bench.strategies.kind import KIND
+from bench.workloads import get_spec
+from conftest import assert_usage_error, run_cli, spawn
 
-CASES = [  # (strategy, preset, world, extra ctx fields)
-    ("ddp", "mlp-tiny", 2, {}),
-    ("ddp", "gpt-tiny", 2, {}),
-    ("fsdp", "mlp-tiny", 2, {}),
-    ("fsdp", "gpt-tiny", 2, {}),
-    ("tp", "mlp-tiny", 2, {}),
-    ("tp", "gpt-tiny", 2, {}),
-    ("pp", "mlp-tiny", 2, {"schedule": "gpipe", "chunks": 2}),
-    ("pp", "mlp-tiny", 2, {"schedule": "1f1b", "chunks": 4, "checkpoint": "always"}),
-    ("pp", "gpt-tiny", 2, {"schedule": "1f1b", "chunks": 2, "checkpoint": "except_last"}),
-    ("pp", "mlp-tiny", 2, {"schedule": "interleaved", "chunks": 2}),
-    ("pp", "gpt-tiny", 2, {"schedule": "gpipe", "chunks": 4, "balance": (1, 3)}),
-    ("dp", "mlp-tiny", 1, {}),
-    ("layer", "gpt-tiny", 1, {"balance": (3, 1)}),
-]
-
-
-def _one_step(info, strategy, preset, extra):
-    from bench.strategies import get
-    from bench.strategies.base import Ctx, reference_check
-    from bench.workloads import get_spec
-
-    ctx = Ctx(spec=get_spec(preset), rank=info.rank, world=info.world, device=info.device, batch=8, seed=3,
-              steps=2, **extra)
-    t = get(strategy).setup(ctx)
-    t.step(check=True)
-    loss, grads = t.loss(), t.grads()
-    return {**reference_check(t, loss, grads), "degraded": t.degraded}
+PRESETS = ("mlp-tiny", "gpt-tiny")
+# Settings beyond the defaults, per strategy (extra Ctx fields): schedules, checkpointing, balance.
+VARIANTS = {
+    "pp": [("mlp-tiny", {"schedule": "gpipe", "chunks": 2}),
+           ("mlp-tiny", {"schedule": "1f1b", "chunks": 4, "checkpoint": "always"}),
+           ("gpt-tiny", {"schedule": "1f1b", "chunks": 2, "checkpoint": "except_last"}),
+           ("mlp-tiny", {"schedule": "interleaved", "chunks": 2}),
+           ("gpt-tiny", {"schedule": "gpipe", "chunks": 4, "balance": (1, 3)})],
+    "layer": [("gpt-tiny", {"balance": (3, 1)})],
+}
 
 
-@pytest.mark.parametrize("strategy,preset,world,extra", CASES,
-                         ids=[f"{c[0]}-{c[1]}-{c[3].get('schedule', '')}{c[3].get('checkpoint', '')}" for c in CASES])
-def test_one_step_matches_single_process(strategy, preset, world, extra, spawn_ranks):
-    res = spawn_ranks(_one_step, world, strategy, preset, extra)
-    for r, out in res.items():
-        assert out["missing"] == [], out
-        assert out["wrong"] == 0, f"rank {r}: {out} (tolerance rtol={RTOL} atol={ATOL})"
-        assert out["checked_tensors"] > 2
+def world_of(name: str) -> int:
+    return 1 if REGISTRY.get(name).single_process else 2
+
+
+def cases_of(name: str) -> list[tuple[str, dict]]:
+    return [(p, {}) for p in PRESETS] + VARIANTS.get(name, [])
+
+
+def _one_step_each(info, strategy, cases):
+    """Every case of one strategy in one launch; one reference check per case."""
+    out = []
+    for preset, extra in cases:
+        ctx = Ctx(spec=get_spec(preset), rank=info.rank, world=info.world, device=info.device, batch=8, seed=3,
+                  steps=2, **extra)
+        t = REGISTRY.get(strategy).setup(ctx)
+        t.step(check=True)
+        loss, grads = t.loss(), t.grads()
+        out.append({**reference_check(t, loss, grads), "degraded": t.degraded, "case": f"{preset} {extra}"})
+    return out
+
+
+def test_variants_name_registered_strategies():
+    assert set(VARIANTS) <= set(REGISTRY.names())
+
+
+@pytest.mark.parametrize("strategy", REGISTRY.names())
+def test_one_step_matches_single_process(strategy):
+    cases = cases_of(strategy)
+    res = spawn(_one_step_each, world_of(strategy), strategy, cases)
+    assert sorted(res) == list(range(world_of(strategy)))
+    for r, outs in res.items():
+        assert len(outs) == len(cases)
+        for out in outs:
+            assert out["missing"] == [], out
+            assert out["wrong"] == 0, f"rank {r}: {out} (tolerance rtol={RTOL} atol={ATOL})"
+            assert out["checked_tensors"] > 2
+
+
+# ---- pure: each strategy's own checks, the degree arithmetic, the config ---------------------------
+
+@pytest.mark.parametrize("strategy", REGISTRY.names())
+def test_every_strategy_states_itself(strategy):
+    s = REGISTRY.get(strategy)
+    assert s.name == strategy and s.doc.strip().splitlines()[0]  # `distbench list` shows the first line
+    assert callable(s.setup) and isinstance(s.single_process, bool)
+    w = world_of(strategy)
+    dims = s.dims(w)
+    assert isinstance(dims, ParallelDims) and dims.dp * dims.tp * dims.pp == dims.world == w
+    for preset in PRESETS:
+        case = CaseSpec(strategy=strategy, model=preset, world=w, batch=8,
+                        **({"chunks": 2, "schedule": "gpipe"} if strategy == "pp" else {}))
+        assert s.check(get_spec(preset), case) is None, f"{strategy} skips a plain {preset} case"
+
+
+@pytest.mark.parametrize("strategy", REGISTRY.names())
+def test_default_config_expands_every_strategy_at_its_world(strategy):
+    cfg = StrategiesConfig(strategies=(strategy,), models=PRESETS, batch=8, chunks=2)
+    cases, _ = expand_strategies(cfg)
+    assert {(c.strategy, c.model, c.world) for c in cases} == {(strategy, p, world_of(strategy)) for p in PRESETS}
+    assert set(KIND.worlds(cfg)) == {world_of(strategy)}
+    units, _ = KIND.units(cfg, world_of(strategy), {})
+    assert units == [c for c in cases if c.world == world_of(strategy)]
+
+
+def test_default_config_runs_every_registered_strategy():
+    assert StrategiesConfig().strategies == tuple(REGISTRY.names())
+
+
+def test_parallel_dims_arithmetic_and_errors():
+    d = ParallelDims(world=8, dp=2, tp=2, pp=2)
+    assert d.local_batch(32) == 16
+    with pytest.raises(BenchError, match=r"dp\(2\) \* tp\(1\) \* pp\(2\) = 4 != world_size\(8\)"):
+        ParallelDims(world=8, dp=2, pp=2)
+    with pytest.raises(BenchError, match="tp 0 must be >= 1"):
+        ParallelDims(world=2, dp=2, tp=0)
+    with pytest.raises(BenchError, match=r"batch 7 is not divisible by dp\(2\); choose a multiple of 2"):
+        ParallelDims(world=2, dp=2).local_batch(7)
 
 
 def test_dp_on_cpu_is_flagged_pass_through():
     if torch.cuda.device_count() >= 2:
         pytest.skip("real DataParallel here")
-    from bench.strategies import dp
-    from bench.strategies.base import Ctx
-    from bench.workloads import get_spec
-
-    t = dp.setup(Ctx(spec=get_spec("mlp-tiny"), rank=0, world=1, device=torch.device("cpu"), batch=4, seed=0,
-                     steps=1))
+    t = REGISTRY.get("dp").setup(Ctx(spec=get_spec("mlp-tiny"), rank=0, world=1, device=torch.device("cpu"),
+                                     batch=4, seed=0, steps=1))
     assert t.degraded == "no CUDA: DataParallel is a pass-through"
 
 
-def test_bench_strategies_end_to_end_tiny(tmp_path):
-    """Every strategy through the CLI on the tiny presets: one row per case, dp/layer honestly at
-    world 1 and flagged on CPU, every case checked against the reference."""
-    import pandas as pd
+# ---- the CLI ------------------------------------------------------------------------------------
 
-    from conftest import run_cli
+CLI_CASES = [
+    (["-s", "fsdpp"], "unknown strategy 'fsdpp' (did you mean 'fsdp'?)"),
+    (["--models", "gpt-tinny"], "unknown model preset 'gpt-tinny' (did you mean 'gpt-tiny'?)"),
+    (["--batch", "7", "-s", "ddp"], "batch 7 is not divisible by dp(2); choose a multiple of 2"),
+    (["--steps", "4"], "steps 4 must be >= 5"),
+]
+
+
+@pytest.mark.parametrize("argv,message", CLI_CASES, ids=[c[1][:32] for c in CLI_CASES])
+def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
+    from bench.cli import main
 
     out = tmp_path / "results"
-    p = run_cli("strategies", "--models", "mlp-tiny,gpt-tiny", "--batch", "8", "--chunks", "2", "--steps", "5",
+    rc = main(["strategies", *argv, "--out", str(out)])
+    assert_usage_error(rc, capsys.readouterr().err, message, out)
+
+
+def test_bench_strategies_end_to_end_tiny(tmp_path):
+    """Every strategy through the CLI on the tiny presets: one row per case, single-process ones
+    honestly at world 1 and flagged on CPU, every case checked against the reference."""
+    out = tmp_path / "results"
+    p = run_cli("strategies", "--models", ",".join(PRESETS), "--batch", "8", "--chunks", "2", "--steps", "5",
                 "--warmup", "1", "--out", str(out), timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "# Summary" in p.stdout
-    res = pd.read_parquet(next((out / "strategies").iterdir()) / "results.parquet")
-    assert sorted(set(res.strategy)) == ["ddp", "dp", "fsdp", "layer", "pp", "tp"]
-    assert len(res) == 12 and (res.wrong == 0).all() and (res.checks == 1).all()
-    assert set(res.loc[res.strategy.isin(["dp", "layer"]), "world"]) == {1}
-    assert set(res.loc[~res.strategy.isin(["dp", "layer"]), "world"]) == {2}
+    run = load_run(next((out / "strategies").iterdir()))
+    res = run["results"]
+    assert set(res["kind"]) == {KIND.name} and run.meta["kind"] == KIND.name  # one name everywhere
+    assert sorted(set(res.strategy)) == sorted(REGISTRY.names())
+    assert len(res) == len(PRESETS) * len(REGISTRY.names()) and (res.wrong == 0).all() and (res.checks == 1).all()
+    for s in REGISTRY.names():
+        assert set(res.loc[res.strategy == s, "world"]) == {world_of(s)}, s
     if torch.cuda.device_count() == 0:
         assert (res.loc[res.strategy == "dp", "degraded"] == "no CUDA: DataParallel is a pass-through").all()
         assert res.loc[res.strategy == "layer", "degraded"].str.contains("on cpu").all()

@@ -27,7 +27,7 @@ def comments() -> dict:
 def render() -> str:
     notes = comments()
     by_id = {id(v): k for k, v in vars(schema).items() if isinstance(v, dict) and k.isupper()}
-    sources = {"results": ["STRATEGY", "ALGORITHM", "TELEMETRY_SUMMARY", "COLLECTIVE", "COMMON"]}
+    sources = {"results": ["STRATEGY", "ALLREDUCE", "TELEMETRY_SUMMARY", "COLLECTIVE", "COMMON"]}
     parts = [BEGIN]
     for table, cols in schema.TABLES.items():
         names = sources.get(table, [by_id.get(id(cols), "")])

@@ -12,7 +12,7 @@ import torch
 from bench.collectives import REGISTRY, Ctx
 from bench.collectives.base import wrong_elements
 from bench.collectives.config import CaseSpec, CollectivesConfig, expand
-from bench.distributed import probe
+from bench.collectives import probe
 from bench.errors import BenchError
 from bench.harness.kind import KINDS, Kind, LaunchPlan, Plan
 from bench.harness.rows import timed_tables

@@ -22,9 +22,6 @@ def add_options(p):
                    help="fixed micro-batch size(s): mini-batch = micro-batch x chunks")
     p.add_argument("--model", default=None, help="model preset, e.g. mlp-pipe, gpt-tiny")
     p.add_argument("--balance", default=None, help="blocks per stage, e.g. 3,5")
-    p.add_argument("--profile", type=int, default=None, metavar="0|1",
-                   help="1: 5 more steps per case under torch.profiler after the timed ones: "
-                        "<run dir>/traces/<case>.rank<r>.json (Perfetto, HTA); timings unchanged")
     p.add_argument("--no-efficiency", dest="efficiency", action="store_const", const=False, default=None,
                    help="skip the one-process micro-batch efficiency curve")
 
@@ -35,8 +32,6 @@ def options(args) -> dict:
           **ints(args, ("chunks", "stages", "micro_batch", "balance", *one), one=one)}
     if args.schedules is not None:
         ov["strict"] = True  # schedules asked for by name: 1f1b with chunks < stages is an error
-    if args.profile is not None:
-        ov["profile"] = args.profile
     return ov
 
 
@@ -54,11 +49,17 @@ def efficiency(cfg: PipelineConfig, launch) -> dict | None:
     return {"microbatch_efficiency": rows}
 
 
+def at_world(cfg: PipelineConfig, world: int) -> PipelineConfig:
+    """The stages that run at `world`; a world that is no stages x tp of the suite raises (showing the arithmetic)."""
+    return dataclasses.replace(cfg, stages=tuple(s for s in cfg.stages if s * cfg.tp == world) or cfg.stages,
+                               world=(world,))
+
+
 KIND = KINDS.register(Kind(
     module=__name__, name="pipeline", help="pipeline parallelism (torch.distributed.pipelining): chunks sweep, bubble",
     config=PipelineConfig, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
                                    "microbatch_efficiency", "telemetry"),
     add_options=add_options, options=options, units=units, measure=measure, summary=strategies_summary,
     live=StrategiesLive, worlds=lambda cfg: cfg.worlds(), after_units=efficiency,
-    at_world=lambda cfg, world: dataclasses.replace(cfg, stages=(world // cfg.tp,), world=()),
+    at_world=at_world,
 ))

@@ -5,7 +5,7 @@ the rank down, so we probe in a separate process at world size 1 with a private 
 combination at a time, and cache the answer per (torch version, backend). NCCL is not probed:
 it implements every op for every dtype we offer (PREMUL_SUM is not offered).
 
-Run as `python -m bench.distributed.probe` with a JSON list of [collective, dtype, op] on stdin; prints
+Run as `python -m bench.collectives.probe` with a JSON list of [collective, dtype, op] on stdin; prints
 one JSON line per combination: [collective, dtype, op, null | "reason"].
 """
 
@@ -44,7 +44,7 @@ def unsupported(backend: str, combos: list[tuple[str, str, str]]) -> dict[tuple,
     cache = _load_cache(path)
     todo = [c for c in combos if _key(c) not in cache]
     while todo:
-        proc = subprocess.run([sys.executable, "-m", "bench.distributed.probe"], input=json.dumps(todo),
+        proc = subprocess.run([sys.executable, "-m", "bench.collectives.probe"], input=json.dumps(todo),
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
         done = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("[")]
         for coll, dt, op, reason in done:

@@ -1,7 +1,17 @@
+"""bench.distributed: the launch environment (Slurm, torchrun, MPI mapped onto torchrun's names,
+ranks per node, the backend), and the multi-node path (two torchrun agents as two nodes)."""
+
+import os
+import socket
+import subprocess
+import sys
+
 import pytest
 
 from bench.distributed.env import first_host, resolve_backend, slurm_to_torch_env, under_slurm, under_torchrun
 from bench.errors import BenchError
+from bench.results.store import load_run
+from conftest import ROOT
 
 
 @pytest.mark.parametrize("nodelist,host", [("node01", "node01"), ("gpu[03-05,9]", "gpu03"),
@@ -164,3 +174,31 @@ def test_init_rank_adopts_mpi_variables(monkeypatch):
     fake = dict(OMPI)
     envmod.adopt_launcher_env(fake)
     assert fake["RANK"] == "11" and fake["LOCAL_RANK"] == "3" and launcher(fake) == "torchrun"
+
+
+# ---- two torchrun agents as two nodes ------------------------------------------------------------
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_torchrun_agents_as_two_nodes(tmp_path):
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = lambda node: [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+                        "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                        "--rdzv-id", "distbench-test", "-m", "bench", "collectives", "-c", "all_reduce",
+                        "--sizes", "4K", "--budget-s", "0.001", "--out", str(tmp_path / "res")]
+    procs = [subprocess.Popen(cmd(n), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in (0, 1)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    (run_dir,) = (tmp_path / "res" / "collectives").iterdir()
+    run = load_run(run_dir)
+    launch = run.meta["launches"]["2"]
+    assert launch["world"] == 2 * 1 and launch["node_ranks"] == [0, 1] and launch["nodes"] == 2
+    assert run.meta["launcher"] == "torchrun"
+    df = run["results"]
+    assert (df["world"] == 2).all() and (df["nodes"] == 2).all() and (df["wrong"] == 0).all()

@@ -1,3 +1,6 @@
+"""bench.results store and schema: parquet round trip keeps the schema, interrupted runs keep their
+parts, meta.json merges, conform types every column and refuses one the schema does not know."""
+
 import json
 
 import pandas as pd
@@ -8,7 +11,7 @@ from bench.results.store import RunWriter, load_run
 
 
 def _row(**kw):
-    return {"run_id": "r1", "suite": "s", "kind": "collective", "case_id": "c", "world": 2, "nodes": 1,
+    return {"run_id": "r1", "suite": "s", "kind": "collectives", "case_id": "c", "world": 2, "nodes": 1,
             "backend": "gloo", "device_type": "cpu", "threads_per_rank": 1, "oversubscribed": False,
             "degraded": "", "collective": "all_reduce", "size_bytes": 1024, "time_median_s": 1e-4,
             "noisy": False, "wrong": 0, **kw}
@@ -56,6 +59,25 @@ def test_meta_updates_merge(tmp_path):
 def test_conform_rejects_bad_types():
     with pytest.raises((TypeError, ValueError)):
         conform(pd.DataFrame([_row(size_bytes="big")]), "results")
+
+
+def test_conform_refuses_an_unknown_column():
+    """A mistyped row key must not become a new column while the real one stays null."""
+    with pytest.raises(ValueError, match="'time_medain_s' not in the schema"):
+        conform(pd.DataFrame([_row(time_medain_s=1e-4)]), "results")
+    with pytest.raises(ValueError, match="table 'resutls' is not in the schema"):
+        conform(pd.DataFrame([_row()]), "resutls")
+
+
+def test_a_run_with_an_unknown_column_is_not_merged_silently(tmp_path):
+    """Parts are raw; the merge conforms them: the table is left unmerged and the problem, naming
+    the column, is returned and recorded in meta.json."""
+    w = RunWriter(tmp_path, "s", "r4")
+    w.write_case({"results": [_row(wrnog=0)]})
+    problems = w.finalize()
+    assert len(problems) == 1 and "'wrnog' not in the schema" in problems[0]
+    assert not (w.dir / "results.parquet").exists()
+    assert json.loads((w.dir / "meta.json").read_text())["problems"] == problems
 
 
 def test_schema_doc_is_generated_from_the_code():

@@ -1,3 +1,5 @@
+"""bench.timing: summary statistics of known samples, completion time over ranks, algbw/busbw."""
+
 import math
 
 import numpy as np
@@ -30,33 +32,6 @@ def test_single_sample():
 def test_completion_time_is_max_over_ranks():
     per_rank = np.array([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]])
     assert completion_times(per_rank).tolist() == [3.0, 5.0, 2.5]
-
-
-# Hand-computed nccl-tests factors (doc/PERFORMANCE.md) for n = 1, 2, 3, 4, 8.
-FACTORS = {
-    "all_reduce": {1: 0.0, 2: 1.0, 3: 4 / 3, 4: 1.5, 8: 1.75},
-    "all_gather": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
-    "all_gather_single": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
-    "reduce_scatter": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
-    "reduce_scatter_single": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
-    "all_to_all": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
-    "all_to_all_single": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
-    "scatter": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
-    "gather": {1: 0.0, 2: 0.5, 3: 2 / 3, 4: 0.75, 8: 0.875},
-    "broadcast": {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 8: 1.0},
-    "reduce": {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 8: 1.0},
-    "sendrecv": {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 8: 1.0},
-}
-
-
-@pytest.mark.parametrize("name", sorted(FACTORS))
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
-def test_bus_factors(name, n):
-    assert REGISTRY.get(name).bus_factor(n) == pytest.approx(FACTORS[name][n])
-
-
-def test_every_sized_collective_has_a_known_factor():
-    assert {c.name for c in REGISTRY if c.sized} == set(FACTORS)
 
 
 @pytest.mark.parametrize("n,factor", [(1, 0.0), (2, 1.0), (3, 4 / 3), (4, 1.5), (8, 1.75)])

@@ -1,0 +1,127 @@
+"""bench.harness: the Kind registry. Every registered kind supplies its config, options, units,
+measure, summary and tables; it has one name across the CLI subcommand, its package, meta.json's
+`kind` and the rows' `kind`; it pickles by reference (a Job carries it to spawned ranks); its
+units() are pure (no ranks, no process group). Parametrized over KINDS: a new kind is covered
+without editing this file."""
+
+import argparse
+import dataclasses
+import os
+import pickle
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import bench.kinds  # noqa: F401  (registers every kind)
+from bench.cli import build_parser
+from bench.distributed.env import RankInfo
+from bench.distributed.session import Job, Launch, start_meta
+from bench.harness import KINDS, Kind, Plan
+from bench.harness.run import env_changes
+from bench.results.schema import TABLES
+from bench.results.store import RunWriter
+from bench.suite import RunConfig, load_suite, resolve_suite
+
+NAMES = KINDS.names()
+
+
+def default_config(kind: Kind):
+    """The kind's shipped default suite, as `distbench <kind>` with no options loads it."""
+    args = build_parser().parse_args([kind.name])
+    return load_suite(resolve_suite(kind.name, kind.name), kind.config, kind.name, kind.options(args))
+
+
+def test_the_four_kinds_are_registered():
+    assert {"collectives", "allreduce", "strategies", "pipeline"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_kind_supplies_its_parts(name):
+    kind = KINDS.get(name)
+    assert kind.name == name and kind.help
+    assert isinstance(kind.config, type) and issubclass(kind.config, RunConfig)
+    assert dataclasses.is_dataclass(kind.config) and kind.config.__dataclass_params__.frozen
+    for part in ("add_options", "options", "units", "measure", "summary", "live", "worlds", "at_world", "plan"):
+        assert callable(getattr(kind, part)), part
+    assert "results" in kind.tables and set(kind.tables) <= set(TABLES), set(kind.tables) - set(TABLES)
+    live = kind.live()
+    for event in ("start", "unit", "done"):
+        assert callable(getattr(live, event)), event
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_one_name_for_the_subcommand_the_package_and_the_suite(name):
+    kind = KINDS.get(name)
+    assert kind.module == f"bench.{name}.kind"  # the package is bench/<name>/
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert name in sub.choices
+    cfg = default_config(kind)
+    assert cfg.name == name  # the shipped default suite's results directory
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_kind_pickles_by_reference(name):
+    kind = KINDS.get(name)
+    assert pickle.loads(pickle.dumps(kind)) is kind
+    job = Job(kind=kind, config=default_config(kind), backend="gloo", world=2, run_id="r")
+    back = pickle.loads(pickle.dumps(job))
+    assert back.kind is kind and back == job
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_options_and_the_default_plan(name):
+    """Parsed options map onto config fields; the plan has one launch per world of the suite."""
+    kind = KINDS.get(name)
+    args = build_parser().parse_args([name])
+    fields = {f.name for f in dataclasses.fields(kind.config)}
+    assert set(kind.options(args)) <= fields
+    cfg = default_config(kind)
+    worlds = tuple(kind.worlds(cfg))
+    assert worlds and all(w >= 1 for w in worlds)
+    if name == "collectives":
+        pytest.skip("the collectives plan probes the backend in its own process (covered end to end)")
+    plan = kind.plan(cfg, "gloo", worlds)
+    assert isinstance(plan, Plan) and [lp.world for lp in plan.launches] == list(worlds)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_units_are_pure(name):
+    """units(cfg, world, meta) need no ranks: no process group, the same answer twice, every
+    world of the default suite has some."""
+    kind = KINDS.get(name)
+    cfg = default_config(kind)
+    for world in kind.worlds(cfg):
+        units, notes = kind.units(cfg, world, {})
+        assert units, f"{name}: no units at world {world}"
+        assert all(isinstance(n, str) for n in notes)
+        assert kind.units(cfg, world, {}) == (units, notes)
+    assert not dist.is_initialized()
+
+
+def _launch(kind: Kind, cfg) -> Launch:
+    info = RankInfo(rank=0, world=2, local_rank=0, local_world=2, node_rank=0, backend="gloo",
+                    device=torch.device("cpu"), threads=1, cores=max(2, os.cpu_count() or 2))
+    facts = [{"host": "h", "node_rank": 0, "oversubscribed": False, "rank": r} for r in range(2)]
+    job = Job(kind=kind, config=cfg, backend="gloo", world=2, run_id="run1")
+    return Launch(info=info, comm=SimpleNamespace(), first_s=0.0, init_s=0.0, run_id="run1", facts=facts, job=job)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rows_and_meta_carry_the_kinds_one_name(name, tmp_path):
+    kind = KINDS.get(name)
+    launch = _launch(kind, default_config(kind))
+    assert launch.base_row()["kind"] == name
+    writer = RunWriter(tmp_path, name, "run1")
+    start_meta(writer, launch, "2", {"cases": 0, "notes": []})
+    meta = writer.read_meta()
+    assert meta["kind"] == name and meta["suite"] == name and "2" in meta["launches"]
+
+
+def test_env_changes_are_undone(monkeypatch):
+    monkeypatch.setenv("DISTBENCH_TEST_A", "old")
+    monkeypatch.delenv("DISTBENCH_TEST_B", raising=False)
+    with env_changes({"DISTBENCH_TEST_A": "new", "DISTBENCH_TEST_B": "set"}):
+        assert os.environ["DISTBENCH_TEST_A"] == "new" and os.environ["DISTBENCH_TEST_B"] == "set"
+    assert os.environ["DISTBENCH_TEST_A"] == "old" and "DISTBENCH_TEST_B" not in os.environ
