@@ -22,6 +22,9 @@ def add_options(p):
                    help="fixed micro-batch size(s): mini-batch = micro-batch x chunks")
     p.add_argument("--model", default=None, help="model preset, e.g. mlp-pipe, gpt-tiny")
     p.add_argument("--balance", default=None, help="blocks per stage, e.g. 3,5")
+    p.add_argument("--profile", type=int, default=None, metavar="0|1",
+                   help="1: 5 more steps per case under torch.profiler after the timed ones: "
+                        "<run dir>/traces/<case>.rank<r>.json (Perfetto, HTA); timings unchanged")
     p.add_argument("--no-efficiency", dest="efficiency", action="store_const", const=False, default=None,
                    help="skip the one-process micro-batch efficiency curve")
 
@@ -32,6 +35,8 @@ def options(args) -> dict:
           **ints(args, ("chunks", "stages", "micro_batch", "balance", *one), one=one)}
     if args.schedules is not None:
         ov["strict"] = True  # schedules asked for by name: 1f1b with chunks < stages is an error
+    if args.profile is not None:
+        ov["profile"] = args.profile
     return ov
 
 
