@@ -70,8 +70,8 @@ class StrategiesConfig(RunConfig):
         at_least("warmup", self.warmup, 0)
         if self.profile not in (0, 1):
             raise BenchError(f"profile {self.profile} must be 0 or 1 (1: trace 5 steps per case after the timed ones)")
-        if self.bucket_cap_mb <= 0:
-            raise BenchError(f"bucket_cap_mb {self.bucket_cap_mb} must be > 0")
+        if not 0 < self.bucket_cap_mb <= 2**20:  # DDP takes int(MB * 2**20) bytes as an int64
+            raise BenchError(f"bucket_cap_mb {self.bucket_cap_mb} must be > 0 and at most {2**20} (1 TiB)")
         expand_strategies(self)
 
     def worlds(self) -> tuple[int, ...]:
