@@ -7,6 +7,7 @@ Bad input is a one-line `distbench: error: ...` with exit code 2, before anythin
 Exit code 1 means the benchmark ran but found wrong results (or a rank failed).
 """
 
+import dataclasses
 import sys
 
 import bench.kinds  # noqa: F401  (registers every benchmark kind)
@@ -83,8 +84,6 @@ def configure(kind: Kind, args):
 
 
 def _with_worlds(cfg, worlds):
-    import dataclasses
-
     return dataclasses.replace(cfg, world=tuple(worlds))
 
 

@@ -3,6 +3,7 @@
 import re
 
 import torch
+import torch.distributed as dist
 
 from bench.errors import BenchError, unknown
 
@@ -121,7 +122,5 @@ def parse_op(name: str) -> str:
 
 
 def torch_op(name: str):
-    import torch.distributed as dist
-
     return {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
             "min": dist.ReduceOp.MIN, "product": dist.ReduceOp.PRODUCT}[name]

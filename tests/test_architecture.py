@@ -1,9 +1,11 @@
 """Dependency directions of bench/, read from the source with `ast` (top-level imports and those
 inside functions alike): no module but bench/__main__.py imports bench.cli; the launch package,
 the timing package, the store and the shared vocabulary import no kind; the store never imports
-the report; and no import cycle between bench modules counting top-level imports."""
+the report; no import cycle between bench modules counting top-level imports; and every import
+left inside a function says why on its line (`# lazy: <reason>`): the header shows the rest."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,45 @@ def test_no_import_cycle_between_bench_modules():
     graph = {m: {d for d in imports(m, top_level_only=True) if d in MODULES and d != m} for m in MODULES}
     cycles = find_cycles(graph)
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
+
+
+def unexplained_lazy_imports(source: str) -> list[int]:
+    """Lines of imports inside a function (at any depth, in a class or not) whose line -- the
+    first line of a multi-line import -- has no `# lazy: <reason>` comment."""
+    lines = source.splitlines()
+    bad = []
+
+    def visit(node, in_function: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function \
+                    and not LAZY_REASON.search(lines[child.lineno - 1]):
+                bad.append(child.lineno)
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(ast.parse(source), False)
+    return sorted(bad)
+
+
+def test_unexplained_lazy_imports_finds_them():
+    source = (
+        "import os\n"
+        "try:\n    import tomllib\nexcept ImportError:\n    tomllib = None\n"  # top level: not lazy
+        "def f():\n    import json\n    import re  # lazy: why\n"
+        "    from a import (b,  # lazy: the first line counts\n        c)\n"
+        "    from x import (y,\n        z)  # lazy: only on the last line\n"
+        "    import q  # lazy:\n"  # no reason given
+        "class C:\n    import sys\n    def m(self):\n        if True:\n            import csv\n"
+        "async def g():\n    def h():\n        import io\n"
+    )
+    assert unexplained_lazy_imports(source) == [7, 11, 13, 18, 21]
+
+
+def test_every_import_inside_a_function_says_why_it_is_lazy():
+    """An import inside a function hides a dependency from the module header: hoist it, or say
+    on its line why it must wait (`# lazy: optional dependency`, `# lazy: cycle a -> b`, ...)."""
+    bad = [f"{path.relative_to(ROOT)}:{line}" for path in MODULES.values()
+           for line in unexplained_lazy_imports(path.read_text())]
+    assert bad == [], "imports inside functions without a `# lazy: <reason>` comment:\n" + "\n".join(bad)

@@ -18,6 +18,7 @@ results/gpu-smoke/ (or --out), away from the suites' own latest runs.
 """
 
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -63,7 +64,7 @@ def steps_for(backend: str, world: int, out: str, cpu: bool) -> list[dict]:
 
 def check_rows(name: str, run, gpu: bool) -> list[str]:
     """Problems with a step's rows: none, no times, wrong device, no NVML values (GPU)."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas (~0.6 s) only to check rows; the header stays stdlib so --help is instant
 
     res = run.tables.get("results")
     if res is None or res.empty:
@@ -99,7 +100,7 @@ def variant_problems(run) -> list[str]:
 
 def run_step(step: dict, gpu: bool):
     """(status 'ok' | 'failed', problems, loaded run or None)."""
-    from bench.results.store import load_run
+    from bench.results.store import load_run  # lazy: loads pandas and torch; the header stays stdlib so --help is instant
 
     print(f"\n## {step['name']}: python -m bench {' '.join(step['argv'])}", flush=True)
     t0 = time.perf_counter()
@@ -123,8 +124,6 @@ def run_step(step: dict, gpu: bool):
 
 def _f(v, fmt="{:.4g}"):
     try:
-        import math
-
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
     except TypeError:
@@ -134,7 +133,7 @@ def _f(v, fmt="{:.4g}"):
 
 def summary_lines(runs: dict, gpu: bool) -> list[str]:
     """One short summary: busbw at the largest size, the NCCL variant, the pipeline bubble, NVML."""
-    from bench.telemetry.nvml import reading_label
+    from bench.telemetry.nvml import reading_label  # lazy: bench.telemetry loads torch; the header stays stdlib so --help is instant
 
     out = []
     r = runs.get("collectives")
@@ -179,7 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu", action="store_true",
                     help="run the same steps with gloo on 2 CPU ranks (checks this script; GPU columns stay null)")
     args = ap.parse_args(argv)
-    import torch
+    import torch  # lazy: torch (~2 s) after argument parsing, so --help and usage errors are instant
 
     gpu = not args.cpu
     if gpu and not torch.cuda.is_available():

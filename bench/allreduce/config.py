@@ -3,6 +3,9 @@
 import typing
 from dataclasses import dataclass
 
+import torch
+
+from bench.allreduce import OPS, REGISTRY
 from bench.errors import BenchError, did_you_mean, unknown
 from bench.timing.loop import MODES
 from bench.units import dtype_name, parse_dtype, parse_size, parse_size_list, sweep_sizes
@@ -47,8 +50,6 @@ class AllreduceConfig(RunConfig):
     empty_ok: typing.ClassVar[tuple[str, ...]] = ("nccl_algos", "nccl_protos", "predict_worlds")  # (): auto / none
 
     def __post_init__(self):
-        from bench.allreduce import OPS
-
         super().__post_init__()
         at_least("world size", (*self.world, *self.predict_worlds))
         for m in self.modes:
@@ -85,8 +86,6 @@ class AllreduceConfig(RunConfig):
         return sweep_sizes(self.sizes, self.min_bytes, self.max_bytes, self.step_factor)
 
     def algorithm_names(self) -> list[str]:
-        from bench.allreduce import REGISTRY
-
         return REGISTRY.select(self.algorithms)
 
     def nccl_asked(self) -> bool:
@@ -151,8 +150,6 @@ class CaseSpec:
 
 def expand(cfg: AllreduceConfig, world: int, variant: str = "") -> list[CaseSpec]:
     """Cases for one launch; `variant` (the launch's NCCL_ALGO / NCCL_PROTO) labels native."""
-    import torch
-
     names = cfg.algorithm_names()
     cases = []
     for dname in cfg.dtypes:

@@ -2,6 +2,9 @@
 
 from dataclasses import dataclass
 
+import torch
+
+from bench.collectives import REGISTRY
 from bench.errors import BenchError, unknown
 from bench.results.gate import parse_min_busbw
 from bench.timing.loop import MODES
@@ -70,8 +73,6 @@ class CollectivesConfig(RunConfig):
         return sweep_sizes(self.sizes, self.min_bytes, self.max_bytes, self.step_factor)
 
     def collective_names(self) -> list[str]:
-        from bench.collectives import REGISTRY
-
         return REGISTRY.select(self.collectives)
 
 
@@ -103,10 +104,6 @@ def round_size(size_bytes: int, elem_bytes: int, world: int, sharded: bool) -> t
 
 def expand(cfg: CollectivesConfig, world: int) -> tuple[list[CaseSpec], list[str]]:
     """Cases for one world size, and notes on what was left out and why."""
-    import torch
-
-    from bench.collectives import REGISTRY
-
     cases, notes = [], []
     for name in cfg.collective_names():
         coll = REGISTRY.get(name)

@@ -15,12 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 PROBE_TIMEOUT_S = 120
 
 
 def _cache_path(backend: str) -> Path:
-    import torch
-
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "distbench"
     return base / f"probe-{backend}-torch{torch.__version__}.json"
 
@@ -64,14 +64,13 @@ def unsupported(backend: str, combos: list[tuple[str, str, str]]) -> dict[tuple,
 
 
 def _probe_main():
-    import datetime
-    import warnings
+    import datetime  # lazy: only in the probe subprocess (python -m bench.collectives.probe)
+    import warnings  # lazy: only in the probe subprocess (python -m bench.collectives.probe)
 
-    import torch
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: only in the probe subprocess (python -m bench.collectives.probe)
 
-    from bench.collectives import REGISTRY, Ctx
-    from bench.units import parse_dtype
+    from bench.collectives import REGISTRY, Ctx  # lazy: only in the probe subprocess (python -m bench.collectives.probe)
+    from bench.units import parse_dtype  # lazy: only in the probe subprocess (python -m bench.collectives.probe)
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)

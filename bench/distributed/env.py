@@ -18,8 +18,10 @@ import re
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
-from bench.errors import BenchError
+from bench.errors import BenchError, unknown
+from bench.suite import int_list
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_MASTER_PORT = 29500
@@ -213,8 +215,6 @@ def resolve_worlds(args_world, cfg_world, env=os.environ) -> tuple[int, ...]:
     """The world sizes to run. Under torchrun / srun / mpirun: the launcher's world, only (a
     suite's world list is for self-launch); a --nproc that differs from it is refused. Under
     self-launch: --nproc (comma list) or else the config's worlds."""
-    from bench.suite import int_list
-
     asked = int_list(args_world, "world size") if isinstance(args_world, (str, type(None))) \
         else tuple(int(w) for w in (args_world if isinstance(args_world, (list, tuple)) else (args_world,)))
     world = launcher_world(env)
@@ -232,8 +232,6 @@ def resolve_backend(requested: str, env_has_cuda: bool | None = None) -> str:
     """'auto' -> nccl when CUDA is present, else gloo. nccl without CUDA is an error."""
     has_cuda = torch.cuda.is_available() if env_has_cuda is None else env_has_cuda
     if requested not in BACKENDS:
-        from bench.errors import unknown
-
         raise unknown("backend", requested, BACKENDS)
     if requested == "auto":
         return "nccl" if has_cuda else "gloo"
@@ -318,8 +316,6 @@ def init_rank(backend: str, timeout_s: float) -> RankInfo:
         # so that ranks do not fight over the cores.
         threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
         torch.set_num_threads(threads)
-    import torch.distributed as dist
-
     if not dist.is_initialized():
         kwargs = {"backend": backend, "timeout": datetime.timedelta(seconds=timeout_s)}
         if backend == "nccl":

@@ -6,7 +6,7 @@ import uuid
 
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from bench.distributed.env import launcher
+from bench.distributed.env import init_rank, launcher
 
 
 def launched_externally(env=os.environ) -> bool:
@@ -31,9 +31,7 @@ def launch(fn, args: tuple, nproc: int) -> dict:
 
 def run_in_group(fn, backend: str, timeout_s: float, *args):
     """Rank entry for tests and tools: init the group from the launcher's env, run fn(info, *args)."""
-    import torch.distributed as dist
-
-    from bench.distributed.env import init_rank
+    import torch.distributed as dist  # lazy: only in the spawned rank processes (run_in_group is their entry)
 
     info = init_rank(backend, timeout_s)
     try:

@@ -20,6 +20,7 @@ import time
 import warnings
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -133,8 +134,6 @@ def _fault(index: int, rank: int):
     elif action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "mismatch":  # a collective whose size differs from the other ranks'
-        import torch
-
         dist.all_reduce(torch.zeros(1000 + rank))
 
 

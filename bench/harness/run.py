@@ -16,6 +16,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch.distributed.elastic.agent.server.api  # noqa: F401  (creates its loggers: _quiet_torch_launcher_logs)
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
@@ -222,9 +223,6 @@ def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) ->
 
 def _quiet_torch_launcher_logs():
     """The elastic agent logs each failure as a traceback banner; we report it ourselves, in one line."""
-    import torch.distributed.elastic.agent.server.api  # noqa: F401  (creates its loggers now)
-    import torch.distributed.elastic.multiprocessing.api  # noqa: F401
-
     names = [n for n in logging.root.manager.loggerDict if n.startswith(("torch.distributed.elastic",
                                                                          "torch.multiprocessing"))]
     for name in {"torch.distributed.elastic", "torch.multiprocessing", *names}:

@@ -11,7 +11,11 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pandas as pd
+
 from bench.errors import BenchError, unknown
+from bench.kinds import render_run
+from bench.results.store import load_run
 
 FORMATS = ("table", "csv", "json", "markdown")
 DEFAULT_ROOT = "results"
@@ -43,7 +47,7 @@ def add_parser(sub):
 # ----------------------------------------------------------------------------- report
 
 def _default_out(dirs: list[Path]) -> Path:
-    from bench.report import runs as runs_mod
+    from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
 
     kinds = list(dict.fromkeys(runs_mod.kind_of(runs_mod.read_meta(d)) for d in dirs))
     newest = max((d.name for d in dirs), default=datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
@@ -51,7 +55,7 @@ def _default_out(dirs: list[Path]) -> Path:
 
 
 def cmd_report(args) -> int:
-    from bench.report import runs as runs_mod
+    from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
 
     dirs = [runs_mod.resolve_run_dir(d) for d in args.runs]
     base = [runs_mod.resolve_run_dir(d) for d in args.baseline]
@@ -61,7 +65,7 @@ def cmd_report(args) -> int:
             raise BenchError(f"no runs under '{args.root}' to report on; run a benchmark first (e.g. make bench) "
                              "or give RUN_DIR arguments")
         print(f"# reporting the latest run of each kind under {args.root}: " + ", ".join(map(str, dirs)))
-    from bench.report.html import build_report  # matplotlib is imported only when a report is made
+    from bench.report.html import build_report  # lazy: matplotlib only when a report is made
 
     index = build_report(dirs, args.out or _default_out(dirs), baseline_dirs=base, title=args.title)
     print(f"report: {index}")
@@ -77,13 +81,8 @@ def _py(v):
         return None
     if hasattr(v, "item"):
         v = v.item()
-    try:
-        import pandas as pd
-
-        if v is pd.NA or v is pd.NaT:
-            return None
-    except ImportError:
-        pass
+    if v is pd.NA or v is pd.NaT:
+        return None
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
@@ -115,21 +114,16 @@ def to_csv(df) -> str:
 def render_table(run, table: str | None) -> str:
     """The terminal view: the closing summary the live run printed (the same code, bench.kinds),
     or, with --table, that table as plain text."""
-    from bench.kinds import render_run  # the kinds import torch: only `show` needs them here
-
     if table is None and run.meta.get("kind"):
         return render_run(run) + "\n"
     name = table or "results"
     df = run.tables[name].dropna(axis=1, how="all")  # the results table carries every kind's columns
-    import pandas as pd
-
     with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 250):
         return df.to_string(index=False) + "\n"
 
 
 def cmd_show(args) -> int:
-    from bench.report import runs as runs_mod
-    from bench.results.store import load_run
+    from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
 
     fmt = str(args.format).lower()
     if fmt not in FORMATS:
@@ -153,7 +147,7 @@ def cmd_show(args) -> int:
 # ----------------------------------------------------------------------------- runs
 
 def cmd_runs(args) -> int:
-    from bench.report import runs as runs_mod
+    from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
 
     kind = None
     if args.kind is not None:

@@ -14,6 +14,7 @@ import jinja2
 import pandas as pd
 
 from bench.report import runs as runs_mod
+from bench.report.plots import allreduce, collectives, telemetry, training
 from bench.report.plots.common import Section
 from bench.report.plots.data import Entry
 from bench.results.store import load_run
@@ -155,8 +156,6 @@ def _gate_section(pairs: list[tuple[Entry, Entry]]) -> Section | None:
 
 
 def _section_for(kind: str, entries: list[Entry], out_dir: Path) -> Section:
-    from bench.report.plots import allreduce, collectives, training
-
     if kind == "collectives":
         return collectives.section(entries, out_dir)
     if kind == "allreduce":
@@ -177,8 +176,6 @@ def _template() -> jinja2.Template:
 
 def build_report(run_dirs, out_dir, baseline_dirs=(), title: str | None = None) -> Path:
     """Write out_dir/index.html and its PNGs from stored runs; returns the index path."""
-    from bench.report.plots import telemetry
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.png"):  # a re-made report must not keep plots of runs no longer in it

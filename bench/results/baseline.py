@@ -27,8 +27,11 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.results import fingerprint as fp
+from bench.results.compare import Rules, compare_rows, normalize_kind, public
+from bench.results.metadata import utc_now
 from bench.results.schema import SCHEMA_VERSION, conform
 from bench.results.store import load_run, write_json, write_parquet
+from bench.suite import tomllib
 
 BASELINE_FORMAT = 1
 DEFAULT_ROOT = "results/baselines"
@@ -126,8 +129,6 @@ def write(root, run_dirs, action: str, suite_path: str | None = None, dest: Path
     """Make (or replace the current generation of) the baseline from `run_dirs`, one repeat each.
 
     Every run must have the same kind, suite and fingerprint. Returns the baseline directory."""
-    from bench.results.compare import Rules, compare_rows, normalize_kind, public
-
     runs = [load_run(d) for d in run_dirs]
     if not runs:
         raise BenchError("a baseline needs at least one run")
@@ -154,8 +155,6 @@ def write(root, run_dirs, action: str, suite_path: str | None = None, dest: Path
     generation = int(old_meta.get("generation", 0)) + 1
     results = conform(pd.concat([r["results"] for r in runs], ignore_index=True), "results")
     samples = [r.tables["samples"] for r in runs if "samples" in r.tables]
-    from bench.results.metadata import utc_now
-
     now = utc_now()
     meta = {
         "baseline_format": BASELINE_FORMAT, "schema_version": SCHEMA_VERSION,
@@ -189,8 +188,6 @@ def write(root, run_dirs, action: str, suite_path: str | None = None, dest: Path
 
 
 def suite_kind(suite_path) -> str:
-    from bench.suite import tomllib
-
     try:
         raw = tomllib.loads(Path(suite_path).read_text())
     except FileNotFoundError:

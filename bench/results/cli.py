@@ -4,11 +4,19 @@ Exit codes: 0 pass, 1 confirmed regression or wrong results (gate), 2 usage erro
 3 no comparable baseline (gate). docs/gate.md describes the rule.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
 
-from bench.errors import BenchError
+from bench.errors import BenchError, unknown
+from bench.results import baseline as bl
+from bench.results import fingerprint as fp
+from bench.results import gate as gt
+from bench.results.compare import Rules, compare_rows, normalize_kind, render
+from bench.results.export import to_pytest_benchmark
+from bench.results.store import load_run
+from bench.suite import tomllib
 
 FORMATS = ("table", "markdown", "json")
 
@@ -60,8 +68,6 @@ def add_parser(sub):
 
 def _format(fmt: str) -> str:
     if fmt not in FORMATS:
-        from bench.errors import unknown
-
         raise unknown("format", fmt, FORMATS)
     return fmt
 
@@ -75,9 +81,6 @@ def _dir(path, what: str) -> Path:
 
 def _rows(path):
     """(results rows, meta, label) of a run or baseline directory."""
-    from bench.results import baseline as bl
-    from bench.results.store import load_run
-
     if bl.is_baseline(path):
         try:
             b = bl.load(path)
@@ -91,9 +94,6 @@ def _rows(path):
 
 
 def cmd_compare(args) -> int:
-    from bench.results import fingerprint as fp
-    from bench.results.compare import Rules, compare_rows, normalize_kind, render
-
     fmt = _format(args.format)
     a_rows, a_meta, a_label = _rows(_dir(args.a, "A"))
     b_rows, b_meta, b_label = _rows(_dir(args.b, "B"))
@@ -116,9 +116,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_baseline_record(args) -> int:
-    from bench.results import baseline as bl
-    from bench.results.compare import Rules
-
     repeats = bl.DEFAULT_REPEATS if args.repeats is None else args.repeats
     if repeats < 1:
         raise BenchError(f"--repeats {repeats} must be >= 1 (>= 3 to estimate the between-launch noise)")
@@ -135,24 +132,17 @@ def cmd_baseline_record(args) -> int:
 
 
 def cmd_baseline_update(args) -> int:
-    from bench.results import baseline as bl
-
     for r in args.runs:
         _dir(r, "run")
         if bl.is_baseline(r):
             raise BenchError(f"'{r}' is a baseline, not a run")
     dest = bl.write(args.root or bl.DEFAULT_ROOT, args.runs, "update", suite_path=args.suite,
                     dest=Path(args.baseline) if args.baseline else None)
-    print(f"# baseline: {dest} (generation {__import__('json').loads((dest / 'meta.json').read_text())['generation']})")
+    print(f"# baseline: {dest} (generation {json.loads((dest / 'meta.json').read_text())['generation']})")
     return 0
 
 
 def cmd_gate(args) -> int:
-    from bench.results import baseline as bl
-    from bench.results import fingerprint as fp
-    from bench.results import gate as gt
-    from bench.results.compare import Rules
-
     fmt = _format(args.format)
     if bool(args.current) == bool(args.suite):
         raise BenchError("give exactly one of --current RUN and --suite FILE")
@@ -173,8 +163,6 @@ def cmd_gate(args) -> int:
         current = bl.run_suite(kind, args.suite, args.out, ok_codes=(0, 1))  # 1: wrong results, failed below
     else:
         current = _dir(args.current, "--current")
-    from bench.results.store import load_run
-
     run = load_run(current)
     rerun = None
     if not args.no_confirm and "results" in run.tables:
@@ -188,8 +176,6 @@ def cmd_gate(args) -> int:
 
 
 def _report(verdict, fmt: str, args) -> int:
-    import json
-
     if fmt == "json":
         sys.stdout.write(json.dumps(verdict.to_json(), indent=2, default=str) + "\n")
     elif fmt == "markdown":
@@ -206,8 +192,6 @@ def _report(verdict, fmt: str, args) -> int:
 
 
 def _suite_raw(path) -> dict:
-    from bench.suite import tomllib
-
     try:
         return tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError):
@@ -225,14 +209,8 @@ def _suite_backend(path) -> str | None:
 
 
 def cmd_export(args) -> int:
-    from bench.results.export import to_pytest_benchmark
-
     if args.format != "pytest-benchmark":
-        from bench.errors import unknown
-
         raise unknown("export format", args.format, ("pytest-benchmark",))
-    import json
-
     doc = to_pytest_benchmark(_dir(args.run, "RUN"))
     text = json.dumps(doc, indent=4) + "\n"
     if args.output:

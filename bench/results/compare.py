@@ -32,6 +32,7 @@ The rule (docs/gate.md has the reasoning and the numbers behind it):
 """
 
 import fnmatch
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,8 @@ import pandas as pd
 from scipy import stats
 
 from bench.errors import BenchError
+from bench.suite import tomllib
+from bench.units import format_size, parse_size
 
 KIND_ALIASES = {
     "collective": "collectives", "collectives": "collectives",
@@ -114,9 +117,6 @@ class Rules:
 
     @classmethod
     def load(cls, path) -> "Rules":
-        from bench.suite import tomllib
-        from bench.units import parse_size
-
         path = Path(path)
         try:
             raw = tomllib.loads(path.read_text())
@@ -374,8 +374,6 @@ def _pct(v) -> str:
 
 def case_table(cases: pd.DataFrame) -> pd.DataFrame:
     """The displayed columns, formatted."""
-    from bench.units import format_size
-
     rows = []
     for _, r in cases.iterrows():
         size = _int_or_none(r.get("size_bytes"))
@@ -425,8 +423,6 @@ def render_kinds(kinds: pd.DataFrame, fmt: str = "table") -> str:
 def render(cmp: Comparison, fmt: str = "table", title: str = "") -> str:
     """A comparison as a table, markdown or JSON text."""
     if fmt == "json":
-        import json
-
         def records(df):
             return json.loads(public(df).to_json(orient="records")) if len(df) else []
 

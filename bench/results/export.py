@@ -46,8 +46,8 @@ def _samples_by_case(run) -> dict:
 
 def to_pytest_benchmark(run_dir) -> dict:
     try:
-        from pytest_benchmark import __version__ as pb_version
-        from pytest_benchmark.stats import Stats
+        from pytest_benchmark import __version__ as pb_version  # lazy: optional dependency (dev extra)
+        from pytest_benchmark.stats import Stats  # lazy: optional dependency (dev extra)
     except ImportError:
         raise BenchError("export --format pytest-benchmark needs pytest-benchmark (pip install pytest-benchmark)") from None
     run = load_run(Path(run_dir))

@@ -21,6 +21,10 @@ import os
 import re
 from dataclasses import asdict, dataclass, fields
 
+import torch
+
+from bench.results import metadata
+
 FIELDS = ("device", "cores", "gpus", "nodes", "interconnect", "backend", "world", "torch", "nccl")
 
 
@@ -114,14 +118,10 @@ def of_run(meta: dict) -> Fingerprint:
 
 def of_this_machine(worlds, backend: str | None = None) -> Fingerprint:
     """What a run on this host would be fingerprinted as (single node; before running anything)."""
-    import torch
-
-    from bench.results.metadata import cpu_model, software
-
     cuda = torch.cuda.is_available()
     backend = backend if backend not in (None, "", "auto") else ("nccl" if cuda else "gloo")
     names = sorted({torch.cuda.get_device_properties(i).name for i in range(torch.cuda.device_count())}) if cuda else []
-    soft = software()
+    soft = metadata.software()
     return Fingerprint(
         device="+".join(names) if cuda and names else "cpu",
         cores=os.cpu_count() or 0,
@@ -132,5 +132,5 @@ def of_this_machine(worlds, backend: str | None = None) -> Fingerprint:
         world="+".join(str(w) for w in sorted(set(worlds))),
         torch=_major_minor(soft.get("torch")),
         nccl=_major_minor(soft.get("nccl")) if backend == "nccl" else "",
-        cpu_model=cpu_model(),
+        cpu_model=metadata.cpu_model(),
     )

@@ -25,9 +25,11 @@ from typing import Callable
 
 import pandas as pd
 
+from bench.errors import BenchError
 from bench.results import baseline as bl
 from bench.results import fingerprint as fp
-from bench.results.compare import AGGREGATED, DECIDABLE, Comparison, Rules, compare_rows, normalize_kind, public, with_confirmation
+from bench.results.compare import (AGGREGATED, DECIDABLE, Comparison, Rules, _keyed, compare_rows, key_columns,
+                                    normalize_kind, public, render_cases, render_kinds, with_confirmation)
 from bench.results.schema import SCHEMA_VERSION
 from bench.results.store import load_run
 
@@ -82,8 +84,6 @@ class Verdict:
         return self._render("markdown")
 
     def _render(self, fmt: str) -> str:
-        from bench.results.compare import render_cases, render_kinds
-
         md = fmt == "markdown"
         lines = [f"## {self.headline()}" if md else self.headline(), ""]
         facts = [("kind", self.kind), ("baseline", self.baseline_dir), ("run", self.run_dir),
@@ -223,14 +223,10 @@ def _finish(v: Verdict) -> Verdict:
 
 
 def _key_names(kind: str) -> list[str]:
-    from bench.results.compare import key_columns
-
     return key_columns(kind)
 
 
 def _only(rows: pd.DataFrame, todo: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    from bench.results.compare import _keyed
-
     r = _keyed(rows, keys)
     want = set(map(tuple, _keyed(todo, keys)[keys].values))
     return r[[tuple(x) in want for x in r[keys].values]]
@@ -270,8 +266,6 @@ def _notes(cmp: Comparison, throttled_only: bool = False) -> list[str]:
 
 def narrowing_args(kind: str, todo: pd.DataFrame, current: pd.DataFrame) -> list[str]:
     """CLI options that restrict a re-run to (a superset of) the flagged cases."""
-    from bench.results.compare import _keyed, key_columns
-
     kind = normalize_kind(kind)
     keys = [k for k in key_columns(kind) if k in todo.columns]
     rows = _only(current, todo, keys) if len(todo) else current.iloc[0:0]
@@ -313,8 +307,6 @@ class MinBusbwFailure:
 
 def parse_min_busbw(text: str) -> float | dict:
     """'50' (every collective) or 'all_reduce=40,all_gather=30[,*=10]' -> float or dict (GB/s)."""
-    from bench.errors import BenchError
-
     text = str(text).strip()
     try:
         if "=" not in text:

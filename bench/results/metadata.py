@@ -1,7 +1,9 @@
 """Run metadata: what ran, where, with which software; stored as meta.json beside the tables."""
 
+import importlib.metadata
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -9,6 +11,8 @@ import uuid
 from datetime import datetime, timezone
 
 import torch
+
+from bench.telemetry import nvml
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -85,13 +89,11 @@ NVLINK_MAX_LINKS = 18  # per GPU (H100: 18; NVML_NVLINK_MAX_LINKS is larger, the
 
 def package_versions(names=PACKAGES) -> dict:
     """{distribution: version or None when not installed}."""
-    from importlib import metadata
-
     out = {}
     for n in names:
         try:
-            out[n] = metadata.version(n)
-        except metadata.PackageNotFoundError:
+            out[n] = importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
             out[n] = None
     return out
 
@@ -167,8 +169,6 @@ def _norm_bus(bus: str) -> str:
 
 def nvidia_smi_topology(run=subprocess.run, which=None) -> str | None:
     """`nvidia-smi topo -m` as text when nvidia-smi is on PATH (None otherwise or on failure)."""
-    import shutil
-
     exe = (which or shutil.which)("nvidia-smi")
     if not exe:
         return None
@@ -192,13 +192,11 @@ def cluster_facts(env=os.environ, nvml_module=None, run=subprocess.run, which=No
     "nccl_version", "gpu_topology" (NVML, see nvml_topology), "topology_matrix" (nvidia-smi topo
     -m text), "network" (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ... where set), "packages",
     "gpu_facts_missing" (why NVML gave nothing)}. Never raises: what cannot be read is None."""
-    from bench.telemetry.nvml import load, shutdown
-
     facts = {"driver_version": None, "cuda_driver_version": None, "cuda_runtime": torch.version.cuda,
              "nccl_version": nccl_version() if torch.cuda.is_available() else None, "gpu_topology": None,
              "topology_matrix": None, "network": network_env(env), "packages": package_versions(),
              "gpu_facts_missing": ""}
-    nv, why = load(nvml_module)
+    nv, why = nvml.load(nvml_module)
     if nv is None:
         facts["gpu_facts_missing"] = why
     else:
@@ -210,6 +208,6 @@ def cluster_facts(env=os.environ, nvml_module=None, run=subprocess.run, which=No
         except Exception as e:  # noqa: BLE001 - metadata must not fail a run
             facts["gpu_facts_missing"] = f"NVML topology: {type(e).__name__}: {e}"
         finally:
-            shutdown(nv)
+            nvml.shutdown(nv)
     facts["topology_matrix"] = nvidia_smi_topology(run, which)
     return facts

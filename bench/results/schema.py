@@ -351,7 +351,7 @@ def conform(df, table: str):
     """Add any missing column as null and cast every column to its dtype (one pass: a results
     table has over a hundred columns). A column the schema does not know is refused: a
     mistyped row key must not become a new column while the real one stays null."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas only to conform a frame; the schema (tools/schema_doc.py) needs none
 
     if table not in TABLES:
         raise ValueError(f"table '{table}' is not in the schema; known: {', '.join(sorted(TABLES))}")

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.results.metadata import utc_now
 from bench.results.schema import SCHEMA_VERSION, TABLES, conform
 
 
@@ -112,8 +113,6 @@ class RunWriter:
         write_json({**meta, "schema_version": SCHEMA_VERSION}, self.dir / "meta.json")
 
     def finish_launch(self, world: int, **facts):
-        from bench.results.metadata import utc_now
-
         def change(m):
             launches = dict(m.get("launches", {}))
             launches[str(world)] = {**launches.get(str(world), {}), **facts, "finished_utc": utc_now()}

@@ -11,6 +11,7 @@ None, raising BenchError for an impossible case). A Trainer owns its model, opti
 """
 
 import math
+import resource
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -143,8 +144,6 @@ def read_peak(device: torch.device, host_reset: bool) -> dict:
     used memory (mem_get_info: includes the CUDA context and NCCL buffers). Always: host peak RSS."""
     kb = _read_status_kb("VmHWM")
     if kb is None:
-        import resource
-
         kb, host_reset = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, False
     out = {"memory_kind": "host", "peak_allocated_bytes": None, "peak_active_bytes": None,
            "peak_reserved_bytes": None, "device_used_bytes": None, "device_total_bytes": None,

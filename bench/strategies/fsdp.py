@@ -5,6 +5,8 @@ are all-gathered for its forward and backward and its gradients reduce-scattered
 as under DDP. The timed forward/backward include those collectives.
 """
 
+from torch.distributed.device_mesh import init_device_mesh
+
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.ddp import DataParallelTrainer, check, local_batch
 from bench.workloads import Batches, build_model
@@ -12,9 +14,9 @@ from bench.workloads.models import blocks
 
 def _fully_shard():
     try:
-        from torch.distributed.fsdp import fully_shard  # torch >= 2.6
+        from torch.distributed.fsdp import fully_shard  # lazy: FSDP (~0.8 s) only when fsdp runs; torch >= 2.6
     except ImportError:  # torch 2.4 / 2.5
-        from torch.distributed._composable.fsdp import fully_shard
+        from torch.distributed._composable.fsdp import fully_shard  # lazy: FSDP only when fsdp runs; torch 2.4/2.5
     return fully_shard
 
 
@@ -27,8 +29,6 @@ class FSDPTrainer(DataParallelTrainer):
 
 
 def setup(ctx: Ctx) -> Trainer:
-    from torch.distributed.device_mesh import init_device_mesh
-
     fully_shard = _fully_shard()
     mesh = init_device_mesh(ctx.device.type, (ctx.world,))
     model = build_model(ctx.spec, ctx.seed).to(ctx.device)

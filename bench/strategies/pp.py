@@ -16,7 +16,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from bench.errors import BenchError
+from bench.errors import BenchError, unknown
+from bench.pipeline.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model
@@ -33,8 +34,6 @@ def stages_per_rank(schedule: str) -> int:
 def validate(*, schedule: str, stages: int, chunks: int, batch: int, depth: int, balance=(), strict=True,
              preset: str = "") -> tuple[int, ...]:
     """Raise BenchError for an impossible pipeline; returns the balance (blocks per stage)."""
-    from bench.errors import unknown
-
     if schedule not in SCHEDULES:
         raise unknown("schedule", schedule, SCHEDULES)
     if stages < 1:
@@ -92,7 +91,7 @@ _WAIT_CLOCK: list = [None]
 def _patch_waits():
     """Record the schedules' p2p waits on the active clock (once per process): host time on CPU,
     CUDA events around the wait on CUDA (Clock.wait), with the peers waited on."""
-    from torch.distributed.pipelining import schedules
+    from torch.distributed.pipelining import schedules  # lazy: torch.distributed.pipelining (~1.4 s) only when pp runs
 
     if getattr(schedules, "_distbench_patched", False) or not hasattr(schedules, "_wait_batch_p2p"):
         return
@@ -145,14 +144,14 @@ def _instrument(stage, mod: StageModule, clock):
 
 
 def _schedule_class(name: str):
-    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B  # lazy: torch.distributed.pipelining (~1.4 s) only when pp runs
 
     return {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B}[name]
 
 
 class PPTrainer(Trainer):
     def __init__(self, ctx: Ctx):
-        from torch.distributed.pipelining import PipelineStage
+        from torch.distributed.pipelining import PipelineStage  # lazy: torch.distributed.pipelining (~1.4 s) only when pp runs
 
         p, v = ctx.world, stages_per_rank(ctx.schedule)
         self.n_stages = p * v
@@ -241,8 +240,6 @@ class PPTrainer(Trainer):
         return {k: v for d in out for k, v in d.items()}
 
     def pipeline_order(self):
-        from bench.pipeline.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
-
         # Single-stage schedules: the order their _step_microbatches executes (torch 2.13's
         # Schedule1F1B.pipeline_order is the visualiser's and skips micro-batch 0 on the last
         # stage). Multi-stage schedules execute their pipeline_order itself.

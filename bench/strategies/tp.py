@@ -6,6 +6,8 @@ block stays replicated. GPT: attention q/k/v Colwise and out Rowwise, MLP up Col
 Rowwise; embedding, norms and head replicated. Every rank sees the whole mini-batch.
 """
 
+from torch.distributed.device_mesh import init_device_mesh
+
 from bench.errors import BenchError
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.dims import ParallelDims
@@ -15,7 +17,7 @@ from bench.workloads.models import ModelSpec
 
 
 def plan(spec: ModelSpec) -> dict:
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # lazy: torch.distributed.tensor.parallel (~0.6 s) only when tp runs
 
     out = {}
     if spec.family == "mlp":
@@ -51,8 +53,7 @@ class TPTrainer(Trainer):
 
 
 def setup(ctx: Ctx) -> Trainer:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module  # lazy: torch.distributed.tensor.parallel (~0.6 s) only when tp runs
 
     validate(ctx.spec, ctx.world)
     mesh = init_device_mesh(ctx.device.type, (ctx.world,))

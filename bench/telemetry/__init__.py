@@ -23,6 +23,13 @@ import socket
 import time
 from contextlib import contextmanager
 
+import torch.distributed as dist
+
+from bench.telemetry import nvml
+from bench.telemetry.host import HostProbe
+from bench.telemetry.sampler import Sampler
+from bench.telemetry.summary import long_rows, summarize
+
 
 class _Case:
     def __init__(self):
@@ -31,8 +38,6 @@ class _Case:
 
 
 def _dist():
-    import torch.distributed as dist
-
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
@@ -71,10 +76,8 @@ class Telemetry:
             return
         if self.interval_s <= 0:
             raise ValueError(f"telemetry_interval_s must be > 0, got {self.interval_s}")
-        from bench.telemetry.nvml import cuda_identity
-
         me = {"rank": info.rank, "local_rank": info.local_rank, "node_rank": info.node_rank,
-              "host": socket.gethostname(), "pid": os.getpid(), "cuda": cuda_identity(info.device)}
+              "host": socket.gethostname(), "pid": os.getpid(), "cuda": nvml.cuda_identity(info.device)}
         peers = _all_gather(me)
         if info.local_rank == 0:
             self._setup_node([p for p in peers if p["node_rank"] == info.node_rank], nvml_module,
@@ -84,10 +87,6 @@ class Telemetry:
             self._write_meta([n for n in nodes if n])
 
     def _setup_node(self, peers, nvml_module, psutil_module, use_nvml):
-        from bench.telemetry import nvml
-        from bench.telemetry.host import HostProbe
-        from bench.telemetry.sampler import Sampler
-
         pids = {p["rank"]: p["pid"] for p in peers}
         idents = [p["cuda"] for p in peers if p["cuda"]]
         gpus, mapping = [], []
@@ -105,8 +104,6 @@ class Telemetry:
 
     @staticmethod
     def _map_gpus(nv, peers, pids):
-        from bench.telemetry import nvml
-
         try:
             devices = nvml.nvml_devices(nv)
         except Exception as e:  # noqa: BLE001
@@ -167,8 +164,6 @@ class Telemetry:
         got = _gather_to_0(payload)
         if self.info.rank != 0:
             return
-        from bench.telemetry.summary import long_rows, summarize
-
         nodes = [n for n in got if n]
         tc.summary = summarize(nodes, t0, t1, self.interval_s)
         run_id = self.writer.dir.name if self.writer is not None else None
@@ -181,9 +176,7 @@ class Telemetry:
         if self.sampler is not None and self.sampler.running:
             self.sampler.stop()
         if self._nv is not None:
-            from bench.telemetry.nvml import shutdown
-
-            shutdown(self._nv)
+            nvml.shutdown(self._nv)
             self._nv = None
         self.enabled = False
 

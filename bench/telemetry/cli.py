@@ -4,6 +4,13 @@ import json
 import os
 import sys
 
+from bench.distributed.env import check_world, resolve_backend
+from bench.distributed.launch import launch, run_in_group
+from bench.errors import BenchError, unknown
+from bench.telemetry.overhead import analyse, rank_main
+from bench.timing.loop import MODES
+from bench.units import parse_size_list
+
 
 def add_parser(sub):
     p = sub.add_parser("telemetry-overhead",
@@ -21,13 +28,6 @@ def add_parser(sub):
 
 
 def cmd_overhead(args) -> int:
-    from bench.distributed.env import check_world, resolve_backend
-    from bench.distributed.launch import launch, run_in_group
-    from bench.errors import BenchError, unknown
-    from bench.telemetry.overhead import analyse, rank_main
-    from bench.timing.loop import MODES
-    from bench.units import parse_size_list
-
     if args.mode not in MODES:
         raise unknown("timing mode", args.mode, MODES)
     for name, v in (("--repeats", args.repeats), ("--nproc", args.world)):

@@ -9,7 +9,7 @@ def load_psutil(module=None):
     if module is not None:
         return module, ""
     try:
-        import psutil
+        import psutil  # lazy: optional here: without psutil the host metrics are recorded as missing
     except ImportError:
         return None, "psutil not installed"
     return psutil, ""

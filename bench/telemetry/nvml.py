@@ -11,6 +11,8 @@ asked for again during the launch.
 import os
 import re
 
+import torch
+
 # Clock-event ("throttle") reason bits, nvml.h nvmlClocksEventReason*.
 REASON_BITS = {
     0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -66,7 +68,7 @@ def load(module=None):
     """(initialised nvml module, "") or (None, why): why is what run metadata shows."""
     if module is None:
         try:
-            import pynvml as module  # nvidia-ml-py
+            import pynvml as module  # lazy: optional dependency (nvidia-ml-py); NVML may be absent
         except ImportError:
             return None, "NVML: nvidia-ml-py (pynvml) not installed"
     try:
@@ -97,8 +99,6 @@ def cuda_identity(device) -> dict | None:
     """This rank's CUDA device as torch sees it: uuid and PCI (domain, bus, device)."""
     if getattr(device, "type", None) != "cuda":
         return None
-    import torch
-
     p = torch.cuda.get_device_properties(device)
     pci = None
     if all(hasattr(p, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):  # torch >= 2.5

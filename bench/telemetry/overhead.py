@@ -16,14 +16,14 @@ from types import SimpleNamespace
 
 def rank_main(info, sizes: list[int], repeats: int, interval_s: float, budget_s: float, mode: str) -> dict:
     """Runs on every rank (under bench.distributed.launch.run_in_group); rank 0 returns the numbers."""
-    import numpy as np
-    import torch
+    import numpy as np  # lazy: only in the spawned rank processes (rank_main)
+    import torch  # lazy: only in the spawned rank processes (rank_main)
 
-    from bench.collectives import REGISTRY, Ctx
-    from bench.distributed.comm import Comm, warm_communicator
-    from bench.telemetry import Telemetry
-    from bench.timing.loop import LoopSpec, measure
-    from bench.timing.stats import completion_times
+    from bench.collectives import REGISTRY, Ctx  # lazy: only in the spawned rank processes (rank_main)
+    from bench.distributed.comm import Comm, warm_communicator  # lazy: only in the spawned rank processes (rank_main)
+    from bench.telemetry import Telemetry  # lazy: only in the spawned rank processes (rank_main)
+    from bench.timing.loop import LoopSpec, measure  # lazy: only in the spawned rank processes (rank_main)
+    from bench.timing.stats import completion_times  # lazy: only in the spawned rank processes (rank_main)
 
     comm = Comm(info)
     warm_communicator(comm)

@@ -22,6 +22,8 @@ from typing import Callable
 
 import torch
 
+from bench.units import parse_size
+
 SCHEDULE = {"wait": 1, "warmup": 1, "active": 3}
 STEPS = sum(SCHEDULE.values())  # profiled steps per case (5)
 COMM_WORDS = ("send", "recv", "wait", "all_reduce", "allreduce", "broadcast", "c10d", "gloo", "nccl")
@@ -33,15 +35,11 @@ COMM_ANNOTATIONS = ("gloo:", "nccl:", "record_param_comms")
 
 def size_profiled(profile: str, size: int) -> bool:
     """`--profile SIZE` of the collectives / allreduce kinds: is this size the one traced?"""
-    from bench.units import parse_size
-
     return bool(profile) and parse_size(profile) == size
 
 
 def size_note(profile: str, sizes) -> list[str]:
     """A note when `--profile SIZE` names no measured size (nothing would be traced)."""
-    from bench.units import parse_size
-
     if not profile or parse_size(profile) in set(sizes):
         return []
     return [(f"--profile {profile}: no case is measured at {parse_size(profile)} bytes, nothing is traced; "

@@ -3,6 +3,7 @@ nccl-tests-style table and the wrong-elements summary."""
 
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -104,7 +105,6 @@ def section(entries: list[Entry], out_dir: Path) -> Section:
                     f"{size_label(sized['size_bytes'].min())}B to {size_label(sized['size_bytes'].max())}B, "
                     f"one line per {', '.join(k.strip('_') for k in keys) or 'run'}, with p25-p75 bands."))
             else:
-                import matplotlib.pyplot as plt
                 plt.close(fig)
                 sec.missing.append(f"{coll}: busbw is null at every size")
         if not (num(c, "size_bytes") > 0).any():
