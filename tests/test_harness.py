@@ -6,6 +6,7 @@ without editing this file."""
 
 import argparse
 import dataclasses
+import json
 import os
 import pickle
 from types import SimpleNamespace
@@ -13,13 +14,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 import bench.kinds  # noqa: F401  (registers every kind)
 from bench.cli import build_parser
 from bench.distributed.env import RankInfo
 from bench.distributed.session import Job, Launch, start_meta
 from bench.harness import KINDS, Kind, Plan
-from bench.harness.run import env_changes
+from bench.harness.run import command_line, describe_failure, env_changes
 from bench.results.schema import TABLES
 from bench.results.store import RunWriter
 from bench.suite import RunConfig, load_suite, resolve_suite
@@ -125,3 +127,32 @@ def test_env_changes_are_undone(monkeypatch):
     with env_changes({"DISTBENCH_TEST_A": "new", "DISTBENCH_TEST_B": "set"}):
         assert os.environ["DISTBENCH_TEST_A"] == "new" and os.environ["DISTBENCH_TEST_B"] == "set"
     assert os.environ["DISTBENCH_TEST_A"] == "old" and "DISTBENCH_TEST_B" not in os.environ
+
+
+def _failed_launch(tmp_path):
+    """Rank 1 died without a note (os._exit); rank 0 then failed on the broken connection."""
+    prog = tmp_path / ".progress"
+    prog.mkdir()
+    unit = "all_reduce.float32.sum.root-1.latency.w2@65536B"
+    (prog / "rank0.json").write_text(json.dumps({"rank": 0, "index": 2, "unit": unit}))
+    (prog / "rank1.json").write_text(json.dumps({"rank": 1, "index": 1, "unit": "x"}))
+    peer = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:35041. GLHF!"
+    (prog / "rank0.error").write_text(json.dumps({"rank": 0, "t": 2.0, "message": f"CaseError: {peer}"}))
+    f0 = ProcessFailure(0, 100, 1, str(tmp_path / "none0"))
+    f0.message, f0.timestamp = peer, 2
+    f1 = ProcessFailure(1, 101, 1, str(tmp_path / "none1"))
+    f1.timestamp = 1
+    return ChildFailedError("rank", {0: f0, 1: f1}), unit
+
+
+def test_failure_names_the_rank_that_died_not_the_peer_that_lost_it(tmp_path):
+    """The dead rank wrote no note; the survivor's 'connection closed by peer' note is a consequence."""
+    err, unit = _failed_launch(tmp_path)
+    line = describe_failure(err, 2, tmp_path)
+    assert line.startswith("rank 1 exited with code 1") and unit in line and "rank(s) 1 never arrived" in line
+
+
+def test_command_line_is_what_a_user_types_again():
+    assert command_line(["/x/bench/__main__.py", "collectives", "--out", "a b"]) == \
+        "python -m bench collectives --out 'a b'"
+    assert command_line(["/usr/bin/distbench", "runs"]) == "distbench runs"

@@ -10,6 +10,7 @@ the run marked interrupted. `--keep-going`: after a failed case, a fresh launch 
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -79,6 +80,13 @@ def _progress(run_dir: Path | None) -> dict[int, dict]:
     return out
 
 
+def command_line(argv: list[str]) -> str:
+    """The command as a user would type it again (`python -m bench` runs as bench/__main__.py)."""
+    prog = os.path.basename(argv[0])
+    prog = "python -m bench" if prog == "__main__.py" else prog
+    return " ".join([prog, *(shlex.quote(a) for a in argv[1:])])
+
+
 def failed_unit(run_dir: Path | None) -> str | None:
     prog = _progress(run_dir)
     return max(prog.values(), key=lambda p: p["index"])["unit"] if prog else None
@@ -124,12 +132,15 @@ def describe_failure(e: BaseException, world: int, run_dir: Path | None) -> str:
             where += f"; rank(s) {', '.join(map(str, behind))} never arrived at it"
     notes = rank_errors(run_dir)
     own = [n for n in notes if not any(p in n["message"] for p in PEER_FAILED)]
-    if own or notes:
+    # A rank that died without a note (os._exit, a signal) is the cause of the peers' notes.
+    if own or (notes and not isinstance(e, ChildFailedError)):
         n = (own or notes)[0]
         return f"rank {n['rank']} failed: {meaningful_line(n['message'])}{where}"
     if not isinstance(e, ChildFailedError):
         return f"{first_line(e)}{where}"
     rank, f = root_cause(e)
+    if any(p in _message(f) for p in PEER_FAILED) and notes:  # every rank failed on a peer: say so
+        return f"rank {notes[0]['rank']} failed: {meaningful_line(notes[0]['message'])}{where}"
     if f.exitcode < 0:
         try:
             sig = signal.Signals(-f.exitcode).name
@@ -171,7 +182,7 @@ def _resume_state(kind: Kind, cfg, run_id: str) -> tuple[Path, frozenset, dict]:
 
 def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) -> int:
     """Exit code: 0 ok, 1 wrong results or a failed rank, 130 interrupted."""
-    meta = {"command_line": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]), "started_utc": utc_now(),
+    meta = {"command_line": command_line(sys.argv), "started_utc": utc_now(),
             "cwd": os.getcwd(), "launcher": launcher(os.environ) or "elastic_launch", **git_info(), **plan.meta}
     if launched_externally():  # torchrun / srun / mpirun started the ranks: this process is one of them
         lp = plan.launches[0]
@@ -186,7 +197,7 @@ def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) ->
         run_id = resume
         meta = {k: v for k, v in meta.items() if k not in ("started_utc", "command_line")}
         RunWriter.at(run_dir).update_meta(lambda m: {**m, "state": "running", "resumed": [
-            *m.get("resumed", []), {"utc": utc_now(), "command_line": " ".join(sys.argv), "done_before": len(skip)}]})
+            *m.get("resumed", []), {"utc": utc_now(), "command_line": command_line(sys.argv), "done_before": len(skip)}]})
     else:
         run_id = new_run_id()
         run_dir = Path(cfg.out) / cfg.name / run_id

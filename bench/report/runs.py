@@ -131,7 +131,10 @@ def summarize(path) -> dict:
     meta = read_meta(path)
     rows, done, kinds = _rows_and_cases(path)
     launches = meta.get("launches") or {}
-    planned = sum(int(la.get("cases") or 0) for la in launches.values() if isinstance(la, dict))
+    launches = [la for la in launches.values() if isinstance(la, dict)]
+    planned = sum(int(la.get("cases") or 0) for la in launches)
+    if any("done" in la for la in launches):  # the harness's units (case x size), as planned counts them
+        done = sum(len(la.get("done") or []) for la in launches)
     state, why = state_of(path, meta)
     return {"dir": str(path), "kind": kind_of(meta, kinds), "suite": meta.get("suite", path.parent.name),
             "run_id": meta.get("run_id", path.name), "start": meta.get("started_utc", ""), "state": state,
