@@ -5,16 +5,20 @@ arithmetic (ParallelDims); bad input at the CLI; every strategy through the CLI 
 Parametrized over bench.strategies.REGISTRY: a new strategy module is covered without editing
 this file (VARIANTS only adds settings to the default cases)."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from bench.errors import BenchError
 from bench.results.store import load_run
 from bench.strategies import REGISTRY
-from bench.strategies.base import ATOL, RTOL, Ctx, reference_check
+from bench.strategies.base import ATOL, RTOL, Ctx, Trainer, reference_check
 from bench.strategies.config import CaseSpec, StrategiesConfig, expand_strategies
 from bench.strategies.dims import ParallelDims
 from bench.strategies.kind import KIND
+from bench.strategies.layer import LayerTrainer
+from bench.strategies.pp import PPTrainer
 from bench.workloads import get_spec
 from conftest import assert_usage_error, run_cli, spawn
 
@@ -156,3 +160,40 @@ def test_bench_strategies_end_to_end_tiny(tmp_path):
         assert res.loc[res.strategy == "layer", "degraded"].str.contains("on cpu").all()
     gpt = res[res.family == "gpt"]
     assert (gpt.tokens_per_s == gpt.samples_per_s * 16).all()
+
+
+CUDA0, CUDA1 = torch.device("cuda", 0), torch.device("cuda", 1)
+
+
+def test_sync_waits_for_every_device_a_process_drives(monkeypatch):
+    """dp / layer drive several GPUs: every one is synchronized, not only cuda:0 (issue 12)."""
+    seen = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: seen.append(d))
+    layer = SimpleNamespace(module=SimpleNamespace(devices=[CUDA0, CUDA1, CUDA1]))
+    assert LayerTrainer.device_list(layer) == [CUDA0, CUDA1]
+    Trainer.sync(SimpleNamespace(device_list=lambda: [CUDA0, CUDA1, torch.device("cpu")]))
+    assert seen == [CUDA0, CUDA1]
+
+
+class _Loader:
+    def __init__(self):
+        self.calls = 0
+
+    def next(self, device):
+        self.calls += 1
+        return (f"x{self.calls}", f"y{self.calls}")
+
+
+def test_prefetched_batch_is_the_one_the_timed_step_uses():
+    t = SimpleNamespace(batches=_Loader(), _next=None, input_device=lambda: "cpu")
+    Trainer.prefetch(t)
+    assert Trainer.next_batch(t) == ("x1", "y1") and t.batches.calls == 1  # no load inside the step
+    assert Trainer.next_batch(t) == ("x2", "y2")  # without a prefetch it still loads
+
+
+@pytest.mark.parametrize("first, last, loads", [(True, False, 1), (False, False, 0), (False, True, 1)])
+def test_only_first_and_last_pipeline_stages_load_data(first, last, loads):
+    t = SimpleNamespace(batches=_Loader(), _next=None, first=first, last=last, ctx=SimpleNamespace(device="cpu"))
+    PPTrainer.prefetch(t)
+    assert t.batches.calls == loads
+    assert (t._next == (None, None)) == (loads == 0)

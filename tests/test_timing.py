@@ -4,8 +4,10 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from bench.collectives import REGISTRY
+from bench.timing.loop import LoopSpec, measure
 from bench.timing.stats import algbw_gbps, busbw_gbps, completion_times, summarize
 
 
@@ -43,3 +45,31 @@ def test_algbw_busbw_all_reduce(n, factor):
 
 def test_bandwidth_of_zero_time_or_size_is_nan():
     assert math.isnan(algbw_gbps(0, 1.0)) and math.isnan(algbw_gbps(10, 0.0))
+
+
+class _Work:
+    def __init__(self, log):
+        self.log = log
+
+    def wait(self):
+        self.log.append("wait")
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_throughput_blocking_issues_in_order_or_keeps_ops_in_flight(blocking):
+    """--blocking 1: op(False) back to back; --blocking 0 (PARAM's --z 0): a block's ops are all
+    issued async and waited at the end."""
+    log = []
+
+    def op(async_op):
+        log.append("issue-async" if async_op else "issue")
+        return _Work(log) if async_op else None
+
+    spec = LoopSpec(mode="throughput", warmup=1, iters=4, max_iters=4, budget_s=0.0, blocks=2, blocking=blocking)
+    r = measure(op, spec=spec, device=torch.device("cpu"), barrier=lambda: None, agree_max=lambda x: x)
+    timed = log[2:]  # after the warm-up's issue + wait
+    assert r.ops == 4 and len(r.samples_s) == 2
+    if blocking:
+        assert timed == ["issue"] * 4
+    else:
+        assert timed == ["issue-async", "issue-async", "wait", "wait"] * 2

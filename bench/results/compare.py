@@ -26,7 +26,12 @@ The rule (docs/gate.md has the reasoning and the numbers behind it):
   same repeats: g_r = mean over those cases of log(repeat_r / center), and
       band_G = t_{1-alpha, R-1} * stdev(g_r) * sqrt(1 + 1/R);
   regression when G > max(log(1 + geomean_tolerance), band_G). So a uniform 1.5x slowdown
-  fails even when every single case sits inside its own band.
+  fails even when every single case sits inside its own band. When the current rows hold m
+  launches (the gate's confirmation: m = 2, each case the geometric mean of its launches), the
+  band is the bound for a mean of m launches: t * stdev(g_r) * sqrt(1/m + 1/R). The kind is
+  `unstable` when even that two-launch band exceeds max_band.
+- Decision alpha: `alpha` for verdicts; the gate screens a first launch at the looser
+  `screen_alpha` (0.10) only to choose what to re-run (docs/gate.md).
 - Current rows with `wrong` > 0 are `wrong`; rows telemetry marks `throttled` are `throttled`
   (reported, not decidable).
 """
@@ -102,6 +107,7 @@ class Rules:
     small_bytes: int = 1 << 20
     geomean_tolerance: float = 0.10  # per kind, on the geometric mean of ratios
     alpha: float = 0.01  # one-sided: chance that an unchanged launch falls outside the band
+    screen_alpha: float = 0.10  # the gate's first look: which cases to re-run (a false flag costs one launch)
     max_band: float = 0.35  # wider band than this: `unstable` (a 1.5x slowdown must clear it)
     cases: dict = field(default_factory=dict)  # pattern -> tolerance
     source: str = "defaults"
@@ -126,7 +132,8 @@ class Rules:
             raise BenchError(f"gate rules file '{path}': malformed TOML: {e}") from None
         raw = dict(raw.get("gate", raw))
         out = {}
-        allowed = ("tolerance", "small_tolerance", "small_bytes", "geomean_tolerance", "alpha", "max_band", "cases")
+        allowed = ("tolerance", "small_tolerance", "small_bytes", "geomean_tolerance", "alpha", "screen_alpha",
+                   "max_band", "cases")
         for k, v in raw.items():
             if k not in allowed:
                 raise BenchError(f"gate rules file '{path}': unknown key '{k}'; allowed: {', '.join(allowed)}")
@@ -138,8 +145,9 @@ class Rules:
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise BenchError(f"gate rules file '{path}': key '{k}' must be a number >= 0, got {v!r}")
             out[k] = v
-        if not 0 < float(out.get("alpha", cls.alpha)) < 0.5:
-            raise BenchError(f"gate rules file '{path}': alpha must be in (0, 0.5)")
+        for k in ("alpha", "screen_alpha"):
+            if not 0 < float(out.get(k, getattr(cls, k))) < 0.5:
+                raise BenchError(f"gate rules file '{path}': {k} must be in (0, 0.5)")
         return cls(**out, source=str(path))
 
 
@@ -154,15 +162,15 @@ def _int_or_none(v):
 # Statistics
 
 
-def band_log(log_values, alpha: float) -> float:
-    """One-sided (1 - alpha) prediction bound, in log units, for one new launch given R repeats
-    (NaN with fewer than 2): t_{1-alpha, R-1} * s * sqrt(1 + 1/R)."""
+def band_log(log_values, alpha: float, launches: int = 1) -> float:
+    """One-sided (1 - alpha) prediction bound, in log units, for the mean of `launches` new launches
+    given R repeats (NaN with fewer than 2): t_{1-alpha, R-1} * s * sqrt(1/launches + 1/R)."""
     x = np.asarray([v for v in log_values if np.isfinite(v)], dtype=float)
     r = x.size
     if r < 2:
         return math.nan
     s = float(np.std(x, ddof=1))
-    return float(stats.t.ppf(1 - alpha, r - 1) * s * math.sqrt(1 + 1 / r))
+    return float(stats.t.ppf(1 - alpha, r - 1) * s * math.sqrt(1 / launches + 1 / r))
 
 
 def geometric_center(values) -> float:
@@ -206,10 +214,14 @@ class Comparison:
     rules: Rules
 
 
-def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules: Rules = Rules()) -> Comparison:
+def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules: Rules = Rules(),
+                 alpha: float | None = None) -> Comparison:
     """baseline: results rows of R repeats (distinguished by run_id); current: rows of one run
-    (several run_ids in `current` are first reduced to their geometric mean per case)."""
+    (several run_ids in `current` are first reduced to their geometric mean per case, and the
+    kind's band is that of a mean of so many launches). alpha: the decision alpha (default
+    rules.alpha; `unstable` is always judged at rules.alpha)."""
     kind = normalize_kind(kind)
+    decide = rules.alpha if alpha is None else alpha
     keys = [k for k in key_columns(kind) if k in baseline.columns or k in current.columns]
     b, c = _keyed(baseline, keys), _keyed(current, keys)
     if "run_id" not in b.columns:
@@ -240,6 +252,7 @@ def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules
             center = geometric_center(list(per_repeat.values()))
             logs = [math.log(v / center) for v in per_repeat.values()] if center > 0 else []
             bl = band_log(logs, rules.alpha)
+            dl = band_log(logs, decide)
             wl = worse_log(center, cur, m.lower_is_better)
             row.update({
                 "repeats": len(per_repeat), "baseline": center, "current": cur,
@@ -247,13 +260,14 @@ def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules
                 "worse": math.exp(wl) if np.isfinite(wl) else math.nan,
                 "band": math.exp(bl) - 1 if np.isfinite(bl) else math.nan,
                 "spread": (max(per_repeat.values()) / min(per_repeat.values())) if per_repeat else math.nan,
-                "_worse_log": wl, "_band_log": bl,
+                "_worse_log": wl, "_band_log": bl, "_decide_log": dl,
                 "_repeat_logs": {rid: math.log(v / center) for rid, v in per_repeat.items()} if center > 0 else {},
             })
             row["verdict"] = _case_verdict(row, bg is not None, cg is not None, rules)
             rows.append(row)
     cases = _typed_keys(pd.DataFrame(rows))
-    kinds = _kind_summary(cases, repeat_ids, rules) if len(cases) else pd.DataFrame()
+    launches = max(1, c["run_id"].nunique()) if "run_id" in c.columns else 1
+    kinds = _kind_summary(cases, repeat_ids, rules, decide, launches) if len(cases) else pd.DataFrame()
     return Comparison(kind=kind, cases=cases, kinds=kinds, repeats=len(repeat_ids), rules=rules)
 
 
@@ -279,7 +293,7 @@ def _case_verdict(row: dict, in_base: bool, in_cur: bool, rules: Rules) -> str:
         return "n/a"
     if not np.isfinite(bl) or math.exp(bl) - 1 > rules.max_band:
         return "unstable"
-    threshold = max(math.log1p(row["tolerance"]), bl)
+    threshold = max(math.log1p(row["tolerance"]), row["_decide_log"]) + EPS_LOG
     if wl > threshold:
         return "regression"
     if -wl > threshold:
@@ -288,10 +302,11 @@ def _case_verdict(row: dict, in_base: bool, in_cur: bool, rules: Rules) -> str:
 
 
 DECIDABLE = ("ok", "regression", "improved")
+EPS_LOG = 1e-12  # a ratio exactly at the threshold is not beyond it, whichever direction it was computed in
 AGGREGATED = (*DECIDABLE, "unstable")  # cases in the kind's geometric mean (it has its own band)
 
 
-def _kind_summary(cases: pd.DataFrame, repeat_ids, rules: Rules) -> pd.DataFrame:
+def _kind_summary(cases: pd.DataFrame, repeat_ids, rules: Rules, decide: float, launches: int) -> pd.DataFrame:
     out = []
     for metric, g in cases[cases["gated"]].groupby("metric", sort=False):
         d = g[g["verdict"].isin(AGGREGATED) & np.isfinite(g["_worse_log"].astype(float))]
@@ -308,13 +323,14 @@ def _kind_summary(cases: pd.DataFrame, repeat_ids, rules: Rules) -> pd.DataFrame
             vals = [s * logs[rid] for s, logs in zip(sign, d["_repeat_logs"]) if rid in logs]
             if vals:
                 g_r.append(float(np.mean(vals)))
-        bl = band_log(g_r, rules.alpha)
+        bl = band_log(g_r, decide, launches)
         row.update({"geomean_worse": math.exp(G), "band": math.exp(bl) - 1 if np.isfinite(bl) else math.nan,
-                    "_G": G, "_band_log": bl})
-        if not np.isfinite(bl) or math.exp(bl) - 1 > rules.max_band:
+                    "launches": launches, "_G": G, "_band_log": bl})
+        confirmed = band_log(g_r, rules.alpha, 2)  # the band a confirmed (two-launch) verdict uses
+        if not np.isfinite(confirmed) or math.exp(confirmed) - 1 > rules.max_band:
             row["verdict"] = "unstable"
         else:
-            threshold = max(math.log1p(rules.geomean_tolerance), bl)
+            threshold = max(math.log1p(rules.geomean_tolerance), bl) + EPS_LOG
             row["verdict"] = "regression" if G > threshold else "improved" if -G > threshold else "ok"
         out.append(row)
     return pd.DataFrame(out)

@@ -12,8 +12,10 @@ Steps (docs/gate.md):
    mean per kind with its own band; `unstable` cases cannot fail on their own).
 3. Any current row with `wrong` > 0: exit 1 at once (no confirmation needed).
 4. Flagged cases (case regressions, and every decidable case of a kind whose geometric mean
-   regressed) are re-run once in a fresh launch; each takes the better of its two launches and
-   the comparison is made again. A regression stands only if it is still there: exit 1.
+   regressed, screened at the looser screen_alpha) are re-run once in a fresh launch. A case
+   then takes the better of its two launches; a kind's geometric mean is taken over both launches
+   and judged against the band for a mean of two. A regression stands only if it is still there
+   at alpha: exit 1.
    Without a re-run (rerun=None) flagged regressions stand, marked unconfirmed.
 5. Nothing decidable at all (every case unstable/throttled): exit 3, "baseline cannot decide".
 """
@@ -126,11 +128,12 @@ def gated_regressions(cmp: Comparison) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def flagged_keys(cmp: Comparison, keys: list[str]) -> pd.DataFrame:
-    """Case keys to re-run: regressed cases, plus every decidable case of a regressed kind metric."""
+    """Case keys to re-run: every case in the geometric mean of a metric that regressed, as a case
+    or as a kind (so that the kind's mean can be taken over two launches of all its cases)."""
     cases, kinds = gated_regressions(cmp)
     c = cmp.cases
     parts = [cases[keys]]
-    for metric in kinds["metric"] if len(kinds) else []:
+    for metric in set(kinds["metric"] if len(kinds) else []) | set(cases["metric"]):
         parts.append(c[(c["metric"] == metric) & c["verdict"].isin(AGGREGATED)][keys])
     return pd.concat(parts).drop_duplicates() if parts else pd.DataFrame(columns=keys)
 
@@ -178,10 +181,13 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
                                reason=f"{len(wrong)} case(s) with wrong results (fails outright)",
                                cases=cmp.cases, kinds=cmp.kinds, notes=notes, **info))
     confirmation = {}
-    cases_r, kinds_r = gated_regressions(cmp)
+    # With a re-run, the first launch is screened at the looser screen_alpha: a false flag costs one
+    # launch, a missed one is a missed regression. The verdict is made at alpha on both launches.
+    screen = cmp if rerun is None else compare_rows(base.results, current, kind, rules, alpha=rules.screen_alpha)
+    cases_r, kinds_r = gated_regressions(screen)
     if len(cases_r) or len(kinds_r):
         keys = [k for k in cmp.cases.columns if k in _key_names(kind)]
-        todo = flagged_keys(cmp, keys)
+        todo = flagged_keys(screen, keys)
         confirmation = {"cases": len(todo), "first": _flag_summary(cases_r, kinds_r)}
         if rerun is None:
             confirmation["error"] = "no confirmation re-run (disabled): flagged regressions stand unconfirmed"
@@ -189,9 +195,12 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
             try:
                 again = load_run(rerun(todo, run.meta))
                 confirmation["run_dir"] = str(again.dir)
-                combined = with_confirmation(current, _only(again["results"], todo, keys), kind)
+                confirm = _only(again["results"], todo, keys)
                 first = cmp
-                cmp = compare_rows(base.results, combined, kind, rules)
+                # a case regresses only if both launches do (the better of the two is judged) ...
+                cmp = compare_rows(base.results, with_confirmation(current, confirm, kind), kind, rules)
+                # ... a kind on the geometric mean of both launches, against the two-launch band
+                cmp.kinds = compare_rows(base.results, pd.concat([_only(current, todo, keys), confirm]), kind, rules).kinds
                 cmp.cases["first_verdict"] = first.cases["verdict"].values
             except Exception as e:  # noqa: BLE001 - a failed re-run is reported; the flag stands
                 confirmation["error"] = f"confirmation re-run failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"

@@ -8,9 +8,11 @@ Two modes, named in every row:
   them all at the end, several in flight at once (PARAM comms.py's default, its `--z 0`).
 Warm-up runs at every size. The iteration count adapts to a per-size time budget, with floors.
 
-Test only: DISTBENCH_TEST_SLOWDOWN=F (F > 1) makes every timed op really take F times as long (a
-sleep of (F-1) x the op's own time inside the timed region), to check that the regression gate
-catches a slowdown (tools/gate_eval.py, docs/gate.md). Unset in normal use.
+Test only: DISTBENCH_TEST_SLOWDOWN=F (F > 1) makes every timed op really take F times as long (the
+rank keeps its core busy for (F-1) x the op's own time inside the timed region, as a slower
+CPU-bound collective would; a sleep instead freed the core and sped the next ops up, so 1.5 read
+as about 1.2), to check that the regression gate catches a slowdown (tools/gate_eval.py,
+docs/gate.md). Unset in normal use.
 """
 
 import math
@@ -52,9 +54,12 @@ def _slowdown() -> float:
 
 
 def _stretch(t0: float, factor: float):
-    """Test-only slowdown: sleep so that the time since t0 becomes factor x itself."""
+    """Test-only slowdown: stay busy so that the time since t0 becomes factor x itself."""
     if factor > 1.0:
-        time.sleep((factor - 1.0) * (time.perf_counter() - t0))
+        now = time.perf_counter()
+        until = now + (factor - 1.0) * (now - t0)
+        while time.perf_counter() < until:
+            pass
 
 
 def _run(op: Callable, async_op: bool):

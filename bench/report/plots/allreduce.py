@@ -71,11 +71,15 @@ def _time_and_residuals(sec, out_dir, blk, key, world, resid, cross, multi):
     marks = []
     for run_lab in blk["_label"].unique():
         marks += _crossovers(cross, run_lab, world, key)
+    lo, hi = ax.get_xlim()
     for j, (b, text) in enumerate(marks):
         ax.axvline(b, color="k", linestyle="--", linewidth=0.9)
-        # staggered so several runs' markers never print over each other
+        # staggered so several runs' markers never print over each other; on the side of the line
+        # with more room, so a crossover near the largest size stays inside the axes
+        right = lo > 0 and b > (lo * hi) ** 0.5
         ax.annotate(text, xy=(b, 1 - 0.07 * (j + 1)), xycoords=("data", "axes fraction"), fontsize=7,
-                    ha="left", va="top", xytext=(3, 0), textcoords="offset points",
+                    ha="right" if right else "left", va="top", xytext=(-3 if right else 3, 0),
+                    textcoords="offset points",
                     bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.7", "alpha": 0.9})
     ax.set_yscale("log")
     ax.set_ylabel("time per allreduce (us, log)")
