@@ -283,4 +283,4 @@ def test_cli_run_on_a_tiny_suite(tmp_path):
     assert meta["launches"]["2"]["world"] == 2 and meta["software"]["torch"] == torch.__version__
     assert meta["launches"]["2"]["threads_per_rank"] == 1 and "first_collective_s" in meta["launches"]["2"]
     assert "git_sha" in meta
-    assert meta["command_line"].startswith(f"__main__.py collectives --suite {suite} "), meta["command_line"]
+    assert meta["command_line"].startswith(f"python -m bench collectives --suite {suite} "), meta["command_line"]

@@ -35,6 +35,11 @@ def _run_dir(out):
     return dirs[0]
 
 
+def _units_done(out) -> int:
+    dirs = list((out / "collectives").glob("*/meta.json"))
+    return len(load_run(dirs[0].parent).meta.get("launches", {}).get("2", {}).get("done", [])) if dirs else 0
+
+
 def _error_lines(err: str) -> list[str]:
     return [ln for ln in err.splitlines() if ln.startswith("distbench:")]
 
@@ -78,10 +83,7 @@ def test_sigint_then_resume(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "bench", *ARGS, "--out", str(tmp_path)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + BOUND_S
-    while time.monotonic() < deadline:  # wait until two cases are on disk
-        dirs = list((tmp_path / "collectives").glob("*/meta.json"))
-        if dirs and len(load_run(dirs[0].parent).meta.get("launches", {}).get("2", {}).get("done", [])) >= 2:
-            break
+    while time.monotonic() < deadline and _units_done(tmp_path) < 2:  # wait until two cases are on disk
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -113,7 +115,7 @@ def test_kill_9_of_the_launcher_leaves_no_orphan(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     launcher = psutil.Process(proc.pid)
     deadline = time.monotonic() + BOUND_S
-    while time.monotonic() < deadline and not list(tmp_path.glob("collectives/*/meta.json")):
+    while time.monotonic() < deadline and _units_done(tmp_path) < 1:  # a finished case, then the kill
         time.sleep(0.5)
     ranks = launcher.children(recursive=True)
     assert ranks, "the launcher started no ranks"
