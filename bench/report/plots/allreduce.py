@@ -71,7 +71,8 @@ def _time_and_residuals(sec, out_dir, blk, key, world, resid, cross, multi):
     marks = []
     for run_lab in blk["_label"].unique():
         marks += _crossovers(cross, run_lab, world, key)
-    lo, hi = ax.get_xlim()
+    sizes = pd.to_numeric(blk["size_bytes"], errors="coerce").dropna()
+    lo, hi = (float(sizes.min()), float(sizes.max())) if len(sizes) else (0.0, 0.0)
     for j, (b, text) in enumerate(marks):
         ax.axvline(b, color="k", linestyle="--", linewidth=0.9)
         # staggered so several runs' markers never print over each other; on the side of the line

@@ -13,7 +13,7 @@ matplotlib.use("Agg")  # files only: never needs a display, same output on every
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator  # noqa: E402
 
 # Legends longer than this go below the plot, so they never cover a curve.
 _LEGEND_INSIDE_MAX = 6
@@ -79,14 +79,19 @@ def size_axis(ax, sizes, axis: str = "x"):
         ax.set_xlim(min(sizes) / pad, max(sizes) * pad)
 
 
-def chunk_axis(ax, values):
-    """log2 x axis for chunk / micro-batch counts with plain integer labels."""
+def chunk_axis(ax, values, max_labels: int = 6):
+    """log2 x axis for chunk / micro-batch / world counts with plain integer labels; beyond
+    max_labels values every k-th is labelled (the rest keep an unlabelled tick), so a narrow
+    panel's labels never overlap."""
     vals = sorted({int(v) for v in values if v and v > 0})
     ax.set_xscale("log", base=2)
     if vals:
-        ax.xaxis.set_major_locator(FixedLocator(vals))
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xticklabels([str(v) for v in vals])
+        step = max(1, math.ceil(len(vals) / max_labels))
+        shown = vals[::step]
+        ax.xaxis.set_major_locator(FixedLocator(shown))
+        ax.xaxis.set_minor_locator(FixedLocator([v for v in vals if v not in shown]))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticklabels([str(v) for v in shown])
         ax.set_xlim(vals[0] / 1.3, vals[-1] * 1.3)
 
 
