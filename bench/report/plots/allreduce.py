@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from bench.report.plots.common import (Section, chunk_axis, legend, new_figure, save, size_axis, size_label,
-                                       style)
+from bench.report.plots.common import (Section, chunk_axis, finish_axes, legend, new_figure, save, size_axis,
+                                       size_label, style)
 from bench.report.plots.data import Entry, lacking, num, table, with_band
 
 _BLOCK = ("dtype", "op", "mode")
@@ -115,11 +115,8 @@ def _busbw(out_dir, blk, key, world, multi):
         ax.fill_between(num(g, "size_bytes"), scale / num(g, "band_p75_s"), scale / num(g, "band_p25_s"),
                         color=st["color"], alpha=0.18, linewidth=0)
     size_axis(ax, num(blk, "size_bytes"))
-    ax.set_xlabel("message size S (bytes, log2)")
-    ax.set_ylabel("bus bandwidth (GB/s, 2(n-1)/n factor)")
-    ax.set_title(f"allreduce busbw vs size, world {world} ({_block_name(key)})")
-    ax.grid(True, alpha=0.3)
-    legend(ax)
+    finish_axes(ax, "message size S (bytes, log2)", "bus bandwidth (GB/s, 2(n-1)/n factor)",
+                f"allreduce busbw vs size, world {world} ({_block_name(key)})")
     return save(fig, out_dir, f"allreduce_busbw_vs_size_w{world}_{'_'.join(map(str, key))}",
                 f"allreduce: busbw vs size, world {world}",
                 f"Line plot of allreduce bus bandwidth in GB/s against message size at world {world}, one line per "

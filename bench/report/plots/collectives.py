@@ -7,7 +7,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from bench.report.plots.common import Section, legend, new_figure, save, size_axis, size_label, style
+from bench.report.plots.common import (Section, finish_axes, legend, new_figure, save, size_axis, size_label,
+                                       style)
 from bench.report.plots.data import Entry, lacking, num, series_keys, series_label, table, with_band
 
 SMALL_BYTES = 64 * 1024  # "small sizes" of the latency plot: where alpha dominates on most fabrics
@@ -94,11 +95,8 @@ def section(entries: list[Entry], out_dir: Path) -> Section:
             ax = axes[0][0]
             if _curves(ax, sized, keys, _busbw, multi):
                 size_axis(ax, num(sized, "size_bytes"))
-                ax.set_xlabel("message size S (bytes, log2)")
-                ax.set_ylabel("bus bandwidth (GB/s, 1e9 B/s)")
-                ax.set_title(f"{coll}: bus bandwidth vs message size")
-                ax.grid(True, alpha=0.3)
-                legend(ax)
+                finish_axes(ax, "message size S (bytes, log2)", "bus bandwidth (GB/s, 1e9 B/s)",
+                            f"{coll}: bus bandwidth vs message size")
                 sec.images.append(save(
                     fig, out_dir, f"collectives_{coll}_busbw_vs_size", f"{coll}: busbw vs size",
                     f"Line plot of {coll} bus bandwidth in GB/s against message size from "

@@ -111,6 +111,15 @@ def new_figure(width_in: float = 8.0, height_in: float = 4.6, nrows: int = 1, nc
     return fig, axes
 
 
+def finish_axes(ax, xlabel: str, ylabel: str, title: str):
+    """Every plot's last touches: axis labels with units, title, a light grid, the legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    legend(ax)
+
+
 def legend(ax, title: str | None = None):
     """Legend inside when short; outside to the right when long, so it never covers data or a
     neighbouring panel (the saved PNG grows to hold it: bbox_inches="tight")."""

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from bench.report.plots.common import Section, chunk_axis, legend, new_figure, save, style
+from bench.report.plots.common import Section, chunk_axis, finish_axes, legend, new_figure, save, style
 from bench.report.plots.data import Entry, lacking, num, series_keys, series_label, table
 
 # "_fixed" is what a sweep holds constant: the mini-batch (mini-batch mode, micro-batch = batch / chunks)
@@ -64,11 +64,7 @@ def _lines_vs_chunks(sec, out_dir, pp, keys, y_of, name, title, ylabel, alt):
         if lo is not None and np.isfinite(lo).any():
             ax.fill_between(num(g, "chunks"), lo, hi, color=st["color"], alpha=0.18, linewidth=0)
     chunk_axis(ax, pp["chunks"].dropna().unique())
-    ax.set_xlabel("chunks m (micro-batches per mini-batch, log2)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    legend(ax)
+    finish_axes(ax, "chunks m (micro-batches per mini-batch, log2)", ylabel, title)
     sec.images.append(save(fig, out_dir, name, title, alt))
 
 
@@ -93,11 +89,8 @@ def _bubble(sec, out_dir, pp, keys, prefix):
             ax.plot(x, num(g, "replay_bubble") * 100, color=st["color"], linestyle="-.", marker="x", linewidth=1,
                     label=f"{lab}calibrated replay")
         chunk_axis(ax, s["chunks"].dropna().unique())
-        ax.set_xlabel("chunks m (micro-batches per mini-batch, log2)")
-        ax.set_ylabel("bubble (% of step wall)")
-        ax.set_title(f"pipeline bubble vs chunks, schedule {sched}: measured vs theory vs replay")
-        ax.grid(True, alpha=0.3)
-        legend(ax)
+        finish_axes(ax, "chunks m (micro-batches per mini-batch, log2)", "bubble (% of step wall)",
+                    f"pipeline bubble vs chunks, schedule {sched}: measured vs theory vs replay")
         sec.images.append(save(
             fig, out_dir, f"{prefix}_bubble_vs_chunks_{sched}", f"pipeline bubble vs chunks ({sched})",
             f"Line plot of the {sched} pipeline bubble in percent of the step against chunks: measured idle "
@@ -243,11 +236,8 @@ def section(entries: list[Entry], out_dir: Path, kind: str) -> Section:
                     **style(i, baseline=bool(g["_baseline"].iloc[0])))
         chunk_axis(ax, eff["micro_batch"].dropna().unique())
         ax.axhline(1.0, color="0.5", linewidth=0.8)
-        ax.set_xlabel("micro-batch size (samples, log2)")
-        ax.set_ylabel("throughput relative to the whole mini-batch (x)")
-        ax.set_title("micro-batch efficiency (one process, same mini-batch in m sequential chunks)")
-        ax.grid(True, alpha=0.3)
-        legend(ax)
+        finish_axes(ax, "micro-batch size (samples, log2)", "throughput relative to the whole mini-batch (x)",
+                    "micro-batch efficiency (one process, same mini-batch in m sequential chunks)")
         sec.images.append(save(fig, out_dir, f"{kind}_microbatch_efficiency", "micro-batch efficiency",
                                "Line plot of single-process throughput relative to the unsplit mini-batch against "
                                "micro-batch size in samples."))
