@@ -7,8 +7,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+import torch
+
 from bench import cli
 from bench.cli import COMMANDS, build_parser, main
+from bench.errors import BenchError
 from bench.harness import KINDS
 from conftest import ROOT, run_cli
 
@@ -135,3 +139,37 @@ def test_world_list_and_launcher_world(monkeypatch, capsys, tmp_path):
         monkeypatch.setenv(k, v)
     rc = main(["collectives", "--nproc", "2", "--sizes", "1K", "--out", str(tmp_path / "r")])
     assert rc == 2 and "does not match the launcher's world size 4" in capsys.readouterr().err
+
+
+def _torchrun_2x8(monkeypatch, rank: int):
+    """`torchrun --nnodes 2 --nproc-per-node 8` on a node of 8 GPUs (faked), global rank `rank`."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for k, v in {"RANK": rank, "WORLD_SIZE": 16, "LOCAL_RANK": rank % 8, "LOCAL_WORLD_SIZE": 8,
+                 "GROUP_RANK": rank // 8, "MASTER_ADDR": "node0", "MASTER_PORT": 29400}.items():
+        monkeypatch.setenv(k, str(v))
+
+
+@pytest.mark.parametrize("name", KINDS.names())
+def test_every_kind_takes_the_launchers_world_on_two_nodes_of_eight(name, monkeypatch, capsys):
+    """Issue 12: each kind runs at the launcher's world 16 with nccl (was: 'needs 16 GPUs per node',
+    or 'runs at world 2'); what cannot run there is left out or refused with the reason."""
+    _torchrun_2x8(monkeypatch, 9)
+    extra = {"pipeline": ["--stages", "16", "--chunks", "16", "--model", "mlp-large"]}.get(name, [])
+    cfg, backend, worlds = cli.configure(KINDS.get(name), build_parser().parse_args([name, *extra]))
+    assert backend == "nccl" and worlds == (16,)
+    if name == "strategies":  # the suite's tp (4 heads) and pp (chunks 4 < 16 stages) cannot run at 16
+        assert "ddp" in cfg.strategies and "pp" not in cfg.strategies
+        assert "left out pp: schedule 1f1b needs chunks >= stages" in capsys.readouterr().err
+
+
+def test_pipeline_suite_at_a_launcher_world_it_cannot_fill_says_what_to_pass(monkeypatch):
+    _torchrun_2x8(monkeypatch, 0)
+    with pytest.raises(BenchError, match="world 16 is not stages x tp of this suite .*pass --stages 16"):
+        cli.configure(KINDS.get("pipeline"), build_parser().parse_args(["pipeline"]))
+
+
+def test_a_strategy_asked_for_alone_that_cannot_run_is_refused(monkeypatch):
+    _torchrun_2x8(monkeypatch, 0)
+    with pytest.raises(BenchError, match="1f1b needs chunks >= stages"):
+        cli.configure(KINDS.get("strategies"), build_parser().parse_args(["strategies", "-s", "pp"]))

@@ -144,7 +144,7 @@ def test_units_per_world_and_the_launcher_world():
         units, _ = KIND.units(cfg, w, {})
         assert units and {u.world for u in units} == {w} and units == KIND.units(cfg, w, {})[0]
     assert KIND.at_world(cfg, 2).stages == (2,) and tuple(KIND.worlds(KIND.at_world(cfg, 2))) == (2,)
-    with pytest.raises(BenchError, match=r"= 1 != world_size\(3\)"):
+    with pytest.raises(BenchError, match=r"world 3 is not stages x tp of this suite .*pass --stages 3"):
         KIND.at_world(cfg, 3)  # the suite cannot run at a world that is not stages x tp
 
 
@@ -156,7 +156,7 @@ CLI_CASES = [
     (["pipeline", "--schedule", "1f1c"], "unknown schedule '1f1c' (did you mean '1f1b'?)"),
     (["pipeline", "--model", "mlp-tinny"], "unknown model preset 'mlp-tinny' (did you mean 'mlp-tiny'?)"),
     (["pipeline", "--model", "mlp-tiny", "--balance", "1,1"], "balance 1,1 sums to 2"),
-    (["pipeline", "--nproc", "3"], "dp(1) * tp(1) * pp(2) = 2 != world_size(3)"),
+    (["pipeline", "--nproc", "3"], "world 3 is not stages x tp of this suite (stages 2 x tp 1 = 2); pass --stages 3"),
     (["pipeline", "--checkpoint", "sometimes"], "unknown checkpoint mode 'sometimes'"),
 ]
 

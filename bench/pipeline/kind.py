@@ -4,6 +4,7 @@ calibrated replay; one unit per case, then (once) the one-process micro-batch ef
 
 import dataclasses
 
+from bench.errors import BenchError
 from bench.harness.kind import KINDS, Kind
 from bench.options import add_training_options, ints, overrides
 from bench.pipeline.config import PipelineConfig, expand_pipeline
@@ -56,8 +57,13 @@ def efficiency(cfg: PipelineConfig, launch) -> dict | None:
 
 def at_world(cfg: PipelineConfig, world: int) -> PipelineConfig:
     """The stages that run at `world`; a world that is no stages x tp of the suite raises (showing the arithmetic)."""
-    return dataclasses.replace(cfg, stages=tuple(s for s in cfg.stages if s * cfg.tp == world) or cfg.stages,
-                               world=(world,))
+    fits = tuple(s for s in cfg.stages if s * cfg.tp == world)
+    if not fits:
+        have = ", ".join(str(s * cfg.tp) for s in cfg.stages)
+        raise BenchError(f"world {world} is not stages x tp of this suite (stages {','.join(map(str, cfg.stages))} x "
+                         f"tp {cfg.tp} = {have}); pass --stages {world // cfg.tp if world % cfg.tp == 0 else world} "
+                         f"to run a {world}-rank pipeline")
+    return dataclasses.replace(cfg, stages=fits, world=(world,))
 
 
 KIND = KINDS.register(Kind(

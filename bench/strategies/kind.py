@@ -2,7 +2,9 @@
 (bench.strategies.REGISTRY), one unit per (model, strategy, world) case."""
 
 import dataclasses
+import sys
 
+from bench.errors import BenchError
 from bench.harness.kind import KINDS, Kind
 from bench.options import add_training_options, ints, overrides
 from bench.report.summaries import strategies_summary
@@ -21,6 +23,27 @@ def add_options(p):
                    help="1: 5 more steps per case under torch.profiler after the timed ones: "
                         "<run dir>/traces/<case>.rank<r>.json (Perfetto, HTA); timings unchanged")
     p.add_argument("--bucket-cap-mb", dest="bucket_cap_mb", type=float, default=None, help="ddp bucket size, MB")
+
+
+def at_world(cfg: StrategiesConfig, world: int) -> StrategiesConfig:
+    """The config at one world (--nproc N, or the launcher's world under torchrun/srun/mpirun). A
+    strategy of the suite that cannot run there is left out with its reason on stderr, so the
+    others still run; refused only when none can (e.g. `-s pp` alone at a world its chunks don't fit)."""
+    try:
+        return dataclasses.replace(cfg, world=(world,))
+    except BenchError:
+        keep, why = [], []
+        for s in cfg.strategies:
+            try:
+                dataclasses.replace(cfg, world=(world,), strategies=(s,))
+                keep.append(s)
+            except BenchError as e:
+                why.append(f"{s}: {e}")
+        if not keep:
+            raise
+        for line in why:
+            print(f"distbench: note: at world {world} left out {line}", file=sys.stderr)
+        return dataclasses.replace(cfg, world=(world,), strategies=tuple(keep))
 
 
 def options(args) -> dict:
@@ -43,5 +66,5 @@ KIND = KINDS.register(Kind(
     tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans", "telemetry"),
     add_options=add_options, options=options, units=units, measure=measure, summary=strategies_summary,
     live=StrategiesLive, worlds=lambda cfg: cfg.worlds(),
-    at_world=lambda cfg, world: dataclasses.replace(cfg, world=(world,)),
+    at_world=at_world,
 ))
