@@ -26,6 +26,20 @@ def run_cli(*argv, cwd=None, env=None, timeout=600) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=timeout)
 
 
+def torchrun_2x8(rank: int) -> dict:
+    """What `torchrun --nnodes 2 --nproc-per-node 8` sets for global `rank`."""
+    return {"RANK": str(rank), "WORLD_SIZE": "16", "LOCAL_RANK": str(rank % 8), "LOCAL_WORLD_SIZE": "8",
+            "GROUP_RANK": str(rank // 8), "MASTER_ADDR": "node0", "MASTER_PORT": "29400"}
+
+
+def fake_eight_gpus(monkeypatch):
+    """A node of 8 CUDA devices, as far as torch.cuda's queries go."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
 def assert_usage_error(rc: int, err: str, message: str, out: Path):
     """Bad input as the product promises it: exit code 2, one line `distbench: error: ...` that
     contains `message`, and nothing written under `out`."""

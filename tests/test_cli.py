@@ -8,13 +8,12 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from bench import cli
 from bench.cli import COMMANDS, build_parser, main
 from bench.errors import BenchError
 from bench.harness import KINDS
-from conftest import ROOT, run_cli
+from conftest import ROOT, fake_eight_gpus, run_cli, torchrun_2x8
 
 
 def _subcommands(parser) -> set[str]:
@@ -143,11 +142,9 @@ def test_world_list_and_launcher_world(monkeypatch, capsys, tmp_path):
 
 def _torchrun_2x8(monkeypatch, rank: int):
     """`torchrun --nnodes 2 --nproc-per-node 8` on a node of 8 GPUs (faked), global rank `rank`."""
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    for k, v in {"RANK": rank, "WORLD_SIZE": 16, "LOCAL_RANK": rank % 8, "LOCAL_WORLD_SIZE": 8,
-                 "GROUP_RANK": rank // 8, "MASTER_ADDR": "node0", "MASTER_PORT": 29400}.items():
-        monkeypatch.setenv(k, str(v))
+    fake_eight_gpus(monkeypatch)
+    for k, v in torchrun_2x8(rank).items():
+        monkeypatch.setenv(k, v)
 
 
 @pytest.mark.parametrize("name", KINDS.names())

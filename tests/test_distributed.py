@@ -11,7 +11,7 @@ import pytest
 from bench.distributed.env import first_host, resolve_backend, slurm_to_torch_env, under_slurm, under_torchrun
 from bench.errors import BenchError
 from bench.results.store import load_run
-from conftest import ROOT
+from conftest import ROOT, fake_eight_gpus, torchrun_2x8
 
 
 @pytest.mark.parametrize("nodelist,host", [("node01", "node01"), ("gpu[03-05,9]", "gpu03"),
@@ -43,24 +43,15 @@ def test_backend_choice():
 
 # ---- ranks per node, launcher world, MPI (issue 12) -------------------------------------------
 
-import torch  # noqa: E402
-
 from bench.distributed.env import (check_world, expand_tasks_per_node, global_rank, launcher,  # noqa: E402
                                    launcher_world, mpi_to_torch_env, ranks_per_node, resolve_worlds,
                                    torch_env, under_mpi)
 from bench.distributed.launch import launched_externally  # noqa: E402
 
 
-def torchrun_2x8(rank: int) -> dict:
-    """What `torchrun --nnodes 2 --nproc-per-node 8` sets for global `rank`."""
-    return {"RANK": str(rank), "WORLD_SIZE": "16", "LOCAL_RANK": str(rank % 8), "LOCAL_WORLD_SIZE": "8",
-            "GROUP_RANK": str(rank // 8), "MASTER_ADDR": "node0", "MASTER_PORT": "29400"}
-
-
 @pytest.fixture
 def eight_gpus(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    fake_eight_gpus(monkeypatch)
 
 
 @pytest.mark.parametrize("rank", [0, 7, 8, 15])
