@@ -7,9 +7,4 @@ from bench.allreduce.kind import KIND as ALLREDUCE  # noqa: F401
 from bench.pipeline.kind import KIND as PIPELINE  # noqa: F401
 from bench.strategies.kind import KIND as STRATEGIES  # noqa: F401
 # isort: on
-from bench.harness.kind import KINDS
-
-
-def render_run(run) -> str:
-    """A stored run's closing summary, as the live run printed it (`distbench show`)."""
-    return KINDS.get(run.meta.get("kind", "")).summary(run)
+from bench.kind import KINDS, render_run  # noqa: F401  (the registry, filled; render_run for older callers)

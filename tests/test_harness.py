@@ -45,10 +45,14 @@ def test_every_kind_supplies_its_parts(name):
     assert kind.name == name and kind.help
     assert isinstance(kind.config, type) and issubclass(kind.config, RunConfig)
     assert dataclasses.is_dataclass(kind.config) and kind.config.__dataclass_params__.frozen
-    for part in ("add_options", "options", "units", "measure", "summary", "live", "worlds", "at_world", "plan"):
+    for part in ("add_options", "options", "units", "measure", "worlds", "at_world", "plan"):
         assert callable(getattr(kind, part)), part
+    for part in ("section", "summary", "live"):
+        assert callable(getattr(kind.report, part)), part
+    assert kind.report.title and kind.read.group and kind.read.gated(), "a kind says its title, group and gated metrics"
+    assert callable(kind.read.narrow) and callable(kind.read.claims)
     assert "results" in kind.tables and set(kind.tables) <= set(TABLES), set(kind.tables) - set(TABLES)
-    live = kind.live()
+    live = kind.report.live()
     for event in ("start", "unit", "done"):
         assert callable(getattr(live, event)), event
 

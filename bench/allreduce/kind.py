@@ -24,7 +24,9 @@ from bench.allreduce.nccl_log import log_env, write_nccl_tuning
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
-from bench.harness.kind import KINDS, Kind, LaunchPlan, Plan
+from bench.allreduce import plots
+from bench.collectives.reading import COMM_METRICS, narrow_sized
+from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report
 from bench.harness.rows import timed_tables
 from bench.options import overrides
 from bench.report.summaries import allreduce_summary
@@ -210,6 +212,9 @@ KIND = KINDS.register(Kind(
     module=__name__, name="allreduce", help="allreduce algorithms (ring, tree, star, halving_doubling, native) across message sizes, "
                            "with a fitted alpha-beta cost model", config=AllreduceConfig,
     tables=("results", "samples", "ranks", "telemetry", "model", "residuals", "crossover", "predictions", "nccl_tuning"),
-    add_options=add_options, options=options, units=units, measure=measure, summary=allreduce_summary,
-    live=AllreduceLive, plan=plan, finish=finish, estimate_s=estimate_s,
+    add_options=add_options, options=options, units=units, measure=measure, plan=plan, finish=finish,
+    estimate_s=estimate_s,
+    read=Reading(keys=("algorithm", "variant"), metrics=COMM_METRICS, group="algorithm",
+                 narrow=narrow_sized("-a", "algorithm"), aliases=("algorithm", "algorithms"), sized=True),
+    report=Report(title="Allreduce algorithms", section=plots.section, summary=allreduce_summary, live=AllreduceLive),
 ))

@@ -187,7 +187,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
     if info.rank == 0:
         writer = RunWriter(cfg.out, cfg.name, launch.run_id, part_prefix=job.part_prefix or f"w{info.world}-")
         start_meta(writer, launch, key, {"cases": len(units), "notes": notes})
-        live = kind.live()
+        live = kind.report.live()
         live.start(launch, [u for _, u in todo])
     launch.tel = telemetry.start(job, info, writer)
     dog = Watchdog(info.rank, run_dir if job.run_id else None)

@@ -25,7 +25,7 @@ from bench.distributed.env import launcher, torch_env
 from bench.distributed.launch import launch, launched_externally
 from bench.distributed.session import Job, plain
 from bench.errors import BenchError
-from bench.harness.kind import Kind, Plan
+from bench.kind import Kind, Plan
 from bench.harness.rank import CASE_TIMEOUT_EXIT, worker_main
 from bench.results.metadata import git_info, new_run_id, utc_now
 from bench.results.store import RunWriter, load_run
@@ -266,7 +266,7 @@ def close_run(kind: Kind, cfg, out_dir, wrong: int) -> int:
     w.update_meta(lambda m: {**m, "state": "complete", "ended_utc": utc_now()})
     shutil.rmtree(Path(out_dir) / ".progress", ignore_errors=True)
     run_ = load_run(out_dir)
-    text = kind.summary(run_)
+    text = kind.report.summary(run_)
     if text:
         print(text, flush=True)
     print(f"# results: {out_dir}", flush=True)

@@ -5,12 +5,14 @@ calibrated replay; one unit per case, then (once) the one-process micro-batch ef
 import dataclasses
 
 from bench.errors import BenchError
-from bench.harness.kind import KINDS, Kind
+from bench.kind import KINDS, Kind, Reading, Report
 from bench.options import add_training_options, ints, overrides
 from bench.pipeline.config import PipelineConfig, expand_pipeline
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
+from bench.strategies import plots
 from bench.strategies.measure import efficiency_curve, measure
+from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS
 
 
 def add_options(p):
@@ -70,7 +72,11 @@ KIND = KINDS.register(Kind(
     module=__name__, name="pipeline", help="pipeline parallelism (torch.distributed.pipelining): chunks sweep, bubble",
     config=PipelineConfig, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
                                    "microbatch_efficiency", "telemetry"),
-    add_options=add_options, options=options, units=units, measure=measure, summary=strategies_summary,
-    live=StrategiesLive, worlds=lambda cfg: cfg.worlds(), after_units=efficiency,
-    at_world=at_world,
+    add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
+    after_units=efficiency, at_world=at_world,
+    # runs stored before meta.json named the kind: a suite named pipeline* was a pipeline sweep
+    read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule",
+                 claims=lambda meta: not meta.get("kind") and str(meta.get("suite", "")).startswith("pipeline")),
+    report=Report(title="Pipeline", section=lambda entries, out: plots.section(entries, out, "pipeline", pipeline=True),
+                  summary=strategies_summary, live=StrategiesLive),
 ))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import BenchError, unknown
-from bench.kinds import render_run
+from bench.kind import render_run
 from bench.results.store import load_run
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -152,8 +152,8 @@ def cmd_runs(args) -> int:
     kind = None
     if args.kind is not None:
         kind = runs_mod.normalize_kind(args.kind)
-        if kind not in runs_mod.KINDS:
-            raise unknown("kind", args.kind, runs_mod.KINDS)
+        if kind not in runs_mod.kind_names():
+            raise unknown("kind", args.kind, runs_mod.kind_names())
     if not Path(args.root).is_dir():
         raise BenchError(f"results root '{args.root}' does not exist; give --root DIR (where benchmarks wrote --out)")
     rows = [runs_mod.summarize(p) for p in runs_mod.find_runs(args.root)]

@@ -14,13 +14,12 @@ import jinja2
 import pandas as pd
 
 from bench.report import runs as runs_mod
-from bench.report.plots import allreduce, collectives, telemetry, training
+from bench.kind import KINDS
+from bench.report.plots import telemetry
 from bench.report.plots.common import Section
 from bench.report.plots.data import Entry
 from bench.results.store import load_run
 
-KIND_TITLES = {"collectives": "Collectives", "allreduce": "Allreduce algorithms", "pipeline": "Pipeline",
-               "strategies": "Strategies"}
 
 
 @dataclass
@@ -156,12 +155,11 @@ def _gate_section(pairs: list[tuple[Entry, Entry]]) -> Section | None:
 
 
 def _section_for(kind: str, entries: list[Entry], out_dir: Path) -> Section:
-    if kind == "collectives":
-        return collectives.section(entries, out_dir)
-    if kind == "allreduce":
-        return allreduce.section(entries, out_dir)
-    if kind in ("pipeline", "strategies"):
-        return training.section(entries, out_dir, kind)
+    """The kind's own report section (its plots and tables), titled by the kind."""
+    if kind in KINDS:
+        sec = KINDS.get(kind).report.section(entries, out_dir)
+        sec.title = KINDS.get(kind).report.title
+        return sec
     sec = Section(kind, f"Unknown kind '{kind}'")
     sec.missing.append(f"no plots for kind '{kind}': " + ", ".join(e.label for e in entries))
     return sec
@@ -188,14 +186,12 @@ def build_report(run_dirs, out_dir, baseline_dirs=(), title: str | None = None) 
         if e.baseline:
             e.label = f"baseline {e.label}"
     kinds = {id(e): runs_mod.kind_of(e.run.meta, results=e.run.tables.get("results")) for e in entries}
-    order = [k for k in runs_mod.KINDS if k in kinds.values()] + sorted(set(kinds.values()) - set(runs_mod.KINDS))
+    order = [k for k in KINDS.names() if k in kinds.values()] + sorted(set(kinds.values()) - set(KINDS.names()))
     sections = []
     for kind in order:
         group = [e for e in entries if kinds[id(e)] == kind]
         if any(not e.baseline for e in group):
-            sec = _section_for(kind, group, out_dir)
-            sec.title = KIND_TITLES.get(kind, sec.title)
-            sections.append(sec)
+            sections.append(_section_for(kind, group, out_dir))
     sections.append(telemetry.section(entries, out_dir))
     if bdirs:
         pairs = [(b, c) for c in entries if not c.baseline for b in entries

@@ -11,16 +11,22 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from bench.errors import BenchError
+from bench.kind import KINDS, kind_named, kind_of_run
 
-# The refactor renames result kinds (collective -> collectives, ...): accept both spellings.
-KIND_ALIASES = {"collective": "collectives", "algorithm": "allreduce", "algorithms": "allreduce",
-                "strategy": "strategies"}
-KINDS = ("collectives", "allreduce", "pipeline", "strategies")
+
+
+def kind_names() -> list[str]:
+    """Every registered kind, in registration order."""
+    return KINDS.names()
 
 
 def normalize_kind(kind) -> str:
-    k = str(kind or "").strip().lower()
-    return KIND_ALIASES.get(k, k)
+    """The registered kind a stored name means (older runs used other spellings: each kind lists
+    its aliases); an unregistered name is returned as given."""
+    try:
+        return kind_named(kind).name
+    except BenchError:
+        return str(kind or "").strip().lower()
 
 
 def is_run_dir(path: Path) -> bool:
@@ -70,16 +76,12 @@ def _rows_and_cases(path: Path) -> tuple[int, int, list[str]]:
 
 
 def kind_of(meta: dict, result_kinds=(), results=None) -> str:
-    """meta.json "kind" first; else the results rows' kind column ('strategy' rows that are all pipeline
-    cases in a suite named pipeline are reported as pipeline)."""
-    if meta.get("kind"):
-        return normalize_kind(meta["kind"])
-    kinds = {normalize_kind(k) for k in result_kinds}
+    """meta.json "kind" first; else a kind that claims the run; else the results rows' kind column
+    (bench.kind.kind_of_run)."""
+    kinds = list(result_kinds)
     if results is not None and "kind" in results:
-        kinds |= {normalize_kind(k) for k in results["kind"].dropna().unique()}
-    if kinds == {"strategies"} and str(meta.get("suite", "")).startswith("pipeline"):
-        return "pipeline"
-    return kinds.pop() if len(kinds) == 1 else ("unknown" if not kinds else "mixed")
+        kinds += list(results["kind"].dropna().unique())
+    return kind_of_run(meta, kinds)
 
 
 def state_of(path: Path, meta: dict) -> tuple[str, str]:
@@ -160,5 +162,6 @@ def latest_per_kind(root) -> list[Path]:
     latest: dict[str, Path] = {}
     for p in find_runs(root):
         latest[summarize(p)["kind"]] = p  # find_runs is oldest first: the last one wins
-    order = [k for k in KINDS if k in latest] + sorted(k for k in latest if k not in KINDS)
+    names = KINDS.names()
+    order = [k for k in names if k in latest] + sorted(k for k in latest if k not in names)
     return [latest[k] for k in order]

@@ -5,11 +5,13 @@ import dataclasses
 import sys
 
 from bench.errors import BenchError
-from bench.harness.kind import KINDS, Kind
+from bench.kind import KINDS, Kind, Reading, Report
 from bench.options import add_training_options, ints, overrides
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
+from bench.strategies import plots
 from bench.strategies.config import StrategiesConfig, expand_strategies
+from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS
 from bench.strategies.measure import measure
 
 
@@ -64,7 +66,9 @@ def units(cfg: StrategiesConfig, world: int, meta: dict):
 KIND = KINDS.register(Kind(
     module=__name__, name="strategies", help="train reference models under dp, ddp, layer, tp, pp, fsdp", config=StrategiesConfig,
     tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans", "telemetry"),
-    add_options=add_options, options=options, units=units, measure=measure, summary=strategies_summary,
-    live=StrategiesLive, worlds=lambda cfg: cfg.worlds(),
+    add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
     at_world=at_world,
+    read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="strategy", aliases=("strategy",)),
+    report=Report(title="Strategies", section=lambda entries, out: plots.section(entries, out, "strategies", pipeline=False),
+                  summary=strategies_summary, live=StrategiesLive),
 ))

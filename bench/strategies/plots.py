@@ -179,8 +179,10 @@ def _strategy_bars(sec, out_dir, res, col, scale, ylabel, title, name, what):
                            f"({len(groups)} strategy/model pairs, {len(runs)} run(s))."))
 
 
-def section(entries: list[Entry], out_dir: Path, kind: str) -> Section:
-    sec = Section(kind, "Pipeline" if kind == "pipeline" else "Strategies")
+def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> Section:
+    """Plots of training runs; `kind` names the files, `pipeline`: a pipeline sweep (chunks, bubble)
+    rather than a strategy comparison."""
+    sec = Section(kind, kind)
     res = table(entries, "results")
     if res.empty or "strategy" not in res:
         sec.missing.append(f"No {kind} results table in: " + ", ".join(e.label for e in entries))
@@ -221,7 +223,7 @@ def section(entries: list[Entry], out_dir: Path, kind: str) -> Section:
                          f"{kind}_peak_memory_vs_chunks_by_checkpoint",
                          f"peak memory vs chunks and checkpoint mode ({what})", "peak memory (MiB)",
                          f"Line plot of {what} in MiB against chunks, one line per checkpoint mode.")
-    elif kind == "pipeline":
+    elif pipeline:
         sec.missing.append("no pipeline (pp) rows in these runs")
     spans = table(entries, "strategy_spans")
     if not spans.empty:
@@ -241,9 +243,9 @@ def section(entries: list[Entry], out_dir: Path, kind: str) -> Section:
         sec.images.append(save(fig, out_dir, f"{kind}_microbatch_efficiency", "micro-batch efficiency",
                                "Line plot of single-process throughput relative to the unsplit mini-batch against "
                                "micro-batch size in samples."))
-    elif kind == "pipeline":
+    elif pipeline:
         sec.missing.append("no microbatch_efficiency table (run without --no-efficiency to get the curve)")
-    if res["strategy"].nunique() > 1 or kind == "strategies":
+    if res["strategy"].nunique() > 1 or not pipeline:
         _strategy_bars(sec, out_dir, res, "samples_per_s", 1.0, "throughput (samples/s)",
                        "strategy comparison: throughput per strategy and model", f"{kind}_throughput_by_strategy",
                        "training throughput in samples per second")
