@@ -13,7 +13,7 @@ import sys
 import bench.kinds  # noqa: F401  (registers every benchmark kind)
 from bench.report import cli as report_cli
 from bench.results import cli as results_cli
-from bench.telemetry import cli as telemetry_cli
+from bench.overhead import cli as telemetry_cli
 from bench.allreduce import REGISTRY as ALGORITHMS
 from bench.collectives import REGISTRY as COLLECTIVES
 from bench import preflight

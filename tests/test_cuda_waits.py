@@ -102,7 +102,7 @@ def test_degraded_note_on_cuda():
 def test_pipeline_rows_say_degraded_on_cuda():
     """build_tables on two ranks' facts (stage 0 then stage 1, one micro-batch): the pp row on
     CUDA carries the note after the launch's own reason; on CPU it does not."""
-    from bench.pipeline.replay import gpipe_order
+    from bench.strategies.replay import gpipe_order
     from bench.strategies.config import CaseSpec
     from bench.strategies.measure import build_tables
 

@@ -4,8 +4,8 @@ timelines, derive rows.
 
 Per timed step every rank passes a barrier, then runs one training step; its compute spans
 (fwd / bwd / recompute of the local module), its communication waits and its own step span are
-kept. Rank 0 turns them into the per-rank breakdown (bench.pipeline.breakdown), the pipeline
-bubble next to the textbook forms and the calibrated replay (bench.pipeline.replay).
+kept. Rank 0 turns them into the per-rank breakdown (bench.strategies.breakdown), the pipeline
+bubble next to the textbook forms and the calibrated replay (bench.strategies.replay).
 """
 
 import time
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.distributed.comm import Comm
-from bench.pipeline.breakdown import breakdown
-from bench.pipeline.replay import balanced, replay
-from bench.pipeline.theory import gpipe_bubble, megatron_bubble
+from bench.strategies.breakdown import breakdown
+from bench.strategies.replay import balanced, replay
+from bench.strategies.theory import gpipe_bubble, megatron_bubble
 from bench.strategies import REGISTRY
 from bench.strategies.base import TOLERANCE, Ctx, peak_bytes, read_peak, reference_check, reset_peak
 from bench.strategies.config import CaseSpec

@@ -17,7 +17,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from bench.errors import BenchError, unknown
-from bench.pipeline.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
+from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model

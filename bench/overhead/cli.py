@@ -1,4 +1,4 @@
-"""`distbench telemetry-overhead`: what the telemetry sampler costs (see overhead.py)."""
+"""`distbench telemetry-overhead`: what the telemetry sampler costs (see measure.py)."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 from bench.distributed.env import check_world, resolve_backend
 from bench.distributed.launch import launch, run_in_group
 from bench.errors import BenchError, unknown
-from bench.telemetry.overhead import analyse, rank_main
+from bench.overhead.measure import analyse, rank_main
 from bench.timing.loop import MODES
 from bench.units import parse_size_list
 
