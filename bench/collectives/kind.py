@@ -5,7 +5,6 @@ tables are the results rows (one per placement), every rank's raw samples and pe
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -22,6 +21,7 @@ from bench.options import overrides
 from bench.report.summaries import collectives_summary
 from bench.report.terminal import CollectivesLive
 from bench.results.gate import min_busbw_failures, parse_min_busbw
+from bench.results.rundir import RunDir
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop
 from bench.timing.profile import profile_ops, relative, size_note, size_profiled, trace_file
@@ -142,7 +142,7 @@ def measure(unit: Unit, launch) -> dict:
                              barrier=comm.barrier, agree_max=comm.reduce_max)
         trace = None
         if size_profiled(cfg.profile, size):  # after the timed loop, outside it: timings unchanged
-            run_dir = Path(cfg.out) / cfg.name / launch.run_id
+            run_dir = RunDir.of(cfg, launch.run_id).path
             comm.barrier()
             path = profile_ops(lambda: coll.call(ctx, bufs, True), f"{case.case_id}@{size}B",
                                trace_file(run_dir, f"{case.case_id}.{placement}@{size}B", info.rank), info.device,

@@ -124,9 +124,4 @@ def start_meta(writer, launch: Launch, key: str, facts: dict):
 
 def finish_meta(writer, key: str, **facts):
     """Mark launch `key` finished in meta.json, with its totals."""
-    def change(m):
-        launches = dict(m.get("launches", {}))
-        launches[key] = {**launches.get(key, {}), **facts, "finished_utc": utc_now()}
-        return {**m, "launches": launches}
-
-    writer.update_meta(change)
+    writer.run.finish_launch(key, **facts)

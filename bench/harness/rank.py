@@ -27,6 +27,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from bench import telemetry
 from bench.distributed.env import init_rank
 from bench.distributed.session import Job, finish_meta, open_launch, start_meta
+from bench.results.rundir import RunDir
 from bench.results.store import RunWriter
 
 CASE_TIMEOUT_EXIT = 124  # a rank's exit code when its case exceeded the wall-clock limit
@@ -152,7 +153,7 @@ def worker_main(job: Job) -> dict:
     nccl_file = os.environ.get("NCCL_DEBUG_FILE", "")
     if "{run_dir}" in nccl_file:  # a plan's placeholder (allreduce NCCL variants): read before NCCL starts
         if job.run_id:
-            nccl_file = nccl_file.replace("{run_dir}", str(Path(job.config.out) / job.config.name / job.run_id))
+            nccl_file = nccl_file.replace("{run_dir}", str(RunDir.of(job.config, job.run_id).path))
             Path(nccl_file).parent.mkdir(parents=True, exist_ok=True)
             os.environ["NCCL_DEBUG_FILE"] = nccl_file
         else:
@@ -163,7 +164,7 @@ def worker_main(job: Job) -> dict:
     try:
         return run_launch(job, info, init_s)
     except Exception as e:  # noqa: BLE001 - leave the cause where the launcher looks, then fail as before
-        run_dir = Path(job.config.out) / job.config.name / (job.run_id or "")
+        run_dir = RunDir.of(job.config, job.run_id or "").path
         if job.run_id:
             _note_error(run_dir, info.rank, f"{type(e).__name__}: {e}")
         raise
@@ -182,7 +183,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
     if launch.oversubscribed:
         notes = [*notes, launch.oversubscribed_note]
     key = job.launch_key or str(info.world)
-    run_dir = Path(cfg.out) / cfg.name / launch.run_id
+    run_dir = RunDir.of(cfg, launch.run_id).path
     writer = live = None
     if info.rank == 0:
         writer = RunWriter(cfg.out, cfg.name, launch.run_id, part_prefix=job.part_prefix or f"w{info.world}-")
@@ -202,7 +203,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
         rows += len(results)
         wrong += sum(int(r.get("wrong") or 0) for r in results)
         if done_key:
-            writer.update_meta(lambda m: _mark_done(m, key, done_key))
+            writer.run.mark_done(key, done_key)
 
     try:
         for n, (i, unit) in enumerate(todo, 1):
@@ -230,14 +231,6 @@ def run_launch(job: Job, info, init_s: float) -> dict:
         finish_meta(writer, key, rows=rows, wrong=wrong)
     wrong = launch.comm.reduce_sum(wrong)
     return {"run_id": launch.run_id, "wrong": wrong, "dir": str(writer.dir) if writer else None}
-
-
-def _mark_done(m: dict, key: str, done_key: str) -> dict:
-    launches = dict(m.get("launches", {}))
-    entry = dict(launches.get(key, {}))
-    entry["done"] = [*entry.get("done", []), done_key]
-    launches[key] = entry
-    return {**m, "launches": launches}
 
 
 class Progress:

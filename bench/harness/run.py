@@ -28,6 +28,7 @@ from bench.errors import BenchError
 from bench.kind import Kind, Plan
 from bench.harness.rank import CASE_TIMEOUT_EXIT, worker_main
 from bench.results.metadata import git_info, new_run_id, utc_now
+from bench.results.rundir import RunDir
 from bench.results.store import RunWriter, load_run
 
 INTERRUPTED_EXIT = 130
@@ -162,12 +163,11 @@ def describe_failure(e: BaseException, world: int, run_dir: Path | None) -> str:
 
 def _resume_state(kind: Kind, cfg, run_id: str) -> tuple[Path, frozenset, dict]:
     """(run dir, unit keys already done, its meta) for --resume; a changed config is refused."""
-    run_dir = Path(cfg.out) / cfg.name / run_id
-    if not (run_dir / "meta.json").exists():
-        runs = sorted(p.name for p in (Path(cfg.out) / cfg.name).glob("*") if (p / "meta.json").exists())
-        raise BenchError(f"--resume {run_id}: no run '{run_id}' under {Path(cfg.out) / cfg.name}; "
-                         f"runs there: {', '.join(runs[-5:]) or 'none'}")
-    meta = RunWriter.at(run_dir).read_meta()
+    rd = RunDir.of(cfg, run_id)
+    if not rd.exists():
+        raise BenchError(f"--resume {run_id}: no run '{run_id}' under {rd.suite_dir}; "
+                         f"runs there: {', '.join(rd.siblings()[-5:]) or 'none'}")
+    run_dir, meta = rd.path, rd.read_meta()
     if meta.get("kind") != kind.name:
         raise BenchError(f"--resume {run_id}: that run is of kind '{meta.get('kind')}', not '{kind.name}'")
     was, now = meta.get("config", {}), json.loads(json.dumps(plain(cfg)))
@@ -196,11 +196,11 @@ def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) ->
         run_dir, skip, old = _resume_state(kind, cfg, resume)
         run_id = resume
         meta = {k: v for k, v in meta.items() if k not in ("started_utc", "command_line")}
-        RunWriter.at(run_dir).update_meta(lambda m: {**m, "state": "running", "resumed": [
+        RunDir.at(run_dir).update_meta(lambda m: {**m, "state": "running", "resumed": [
             *m.get("resumed", []), {"utc": utc_now(), "command_line": command_line(sys.argv), "done_before": len(skip)}]})
     else:
         run_id = new_run_id()
-        run_dir = Path(cfg.out) / cfg.name / run_id
+        run_dir = RunDir.of(cfg, run_id).path
     wrong, out_dir = 0, None
     for lp in plan.launches:
         while True:
@@ -220,7 +220,7 @@ def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) ->
                       file=sys.stderr)
                 bad = failed_unit(run_dir)
                 if cfg.keep_going and bad and bad not in skip:
-                    RunWriter.at(run_dir).update_meta(lambda m: {**m, "failed_units": [*m.get("failed_units", []), bad]})
+                    RunDir.at(run_dir).update_meta(lambda m: {**m, "failed_units": [*m.get("failed_units", []), bad]})
                     skip = skip | {bad} | _done(run_dir)
                     print(f"distbench: --keep-going: skipping {bad}, continuing in a fresh launch", file=sys.stderr)
                     continue

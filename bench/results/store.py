@@ -21,31 +21,12 @@ from typing import NamedTuple
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.results.metadata import utc_now
+from bench.results.rundir import RunDir, _atomic_write, _why, read_meta, write_json  # noqa: F401  (re-exported)
 from bench.results.schema import SCHEMA_VERSION, TABLES, conform
-
-
-def _atomic_write(path: Path, write):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def write_parquet(df: pd.DataFrame, path: Path):
     _atomic_write(path, lambda p: df.to_parquet(p, engine="pyarrow", index=False))
-
-
-def write_json(obj, path: Path):
-    def w(p):
-        p.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
-    _atomic_write(path, w)
-
-
-def _why(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
 def _read_parquet(f: Path, problems: list[str], where: Path) -> pd.DataFrame | None:
@@ -83,42 +64,29 @@ def _read_parts(tdir: Path, problems: list[str] | None = None, bad: list[Path] |
 
 
 class RunWriter:
+    """Writes one launch's parts into a run directory (bench.results.rundir.RunDir owns its paths
+    and meta.json)."""
+
     def __init__(self, root, suite: str, run_id: str, part_prefix: str = ""):
-        self.dir = Path(root) / suite / run_id
+        self.run = RunDir(Path(root), suite, run_id)
+        self.dir = self.run.path
         self.prefix = part_prefix  # one prefix per launch, so launches never share part names
         self._parts = 0
 
     @classmethod
     def at(cls, run_dir, part_prefix: str = "") -> "RunWriter":
         """A writer for an existing run directory (to merge its parts, add tables, update its meta)."""
-        w = cls.__new__(cls)
-        w.dir, w.prefix, w._parts = Path(run_dir), part_prefix, 0
-        return w
+        r = RunDir.at(run_dir)
+        return cls(r.root, r.suite, r.run_id, part_prefix)
 
     def read_meta(self) -> dict:
-        """The run's meta.json ({} when absent). An unreadable one is renamed meta.json.corrupt
-        (never overwritten) and the run goes on with a fresh meta whose `problems` say so; a
-        newer schema version is a BenchError (this code must not rewrite it)."""
-        problems: list[str] = []
-        meta = read_meta(self.dir, problems)
-        p = self.dir / "meta.json"
-        if problems and not meta and p.exists():  # unreadable, or not a JSON object
-            os.replace(p, p.with_name("meta.json.corrupt"))
-            meta = {"problems": [f"{x}; kept aside as meta.json.corrupt" for x in problems]}
-        return meta
+        return self.run.read_meta()
 
     def update_meta(self, change):
-        """meta.json <- change(current meta); atomic."""
-        meta = change(self.read_meta())
-        write_json({**meta, "schema_version": SCHEMA_VERSION}, self.dir / "meta.json")
+        self.run.update_meta(change)
 
     def finish_launch(self, world: int, **facts):
-        def change(m):
-            launches = dict(m.get("launches", {}))
-            launches[str(world)] = {**launches.get(str(world), {}), **facts, "finished_utc": utc_now()}
-            return {**m, "launches": launches}
-
-        self.update_meta(change)
+        self.run.finish_launch(str(world), **facts)
 
     def write_case(self, tables: dict[str, list[dict]]):
         """One finished case: {table name: rows}. Parts are numbered in completion order."""
@@ -188,30 +156,6 @@ class Run:
 # What the store itself writes into a run directory; anything else is named as foreign.
 _OWN_SUFFIXES = (".parquet", ".corrupt")
 _OWN_NAMES = ("meta.json", "parts")
-
-
-def read_meta(path: Path, problems: list[str]) -> dict:
-    """meta.json of a run directory: {} when absent; {} and a problem when unreadable or not an
-    object. A schema_version newer than this code's is a BenchError (naming the file, both versions)."""
-    p = Path(path) / "meta.json"
-    if not p.exists():
-        return {}
-    try:
-        meta = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        problems.append(f"{p}: unreadable meta.json, run metadata missing ({_why(e)})")
-        return {}
-    if not isinstance(meta, dict):
-        problems.append(f"{p}: meta.json is a JSON {type(meta).__name__}, not an object; run metadata missing")
-        return {}
-    v = meta.get("schema_version")
-    if v is not None:
-        if isinstance(v, bool) or not isinstance(v, int):
-            problems.append(f"{p}: schema_version {v!r} is not an integer; read as version {SCHEMA_VERSION}")
-        elif v > SCHEMA_VERSION:
-            raise BenchError(f"{p}: schema version {v} is newer than this distbench's {SCHEMA_VERSION}; "
-                             "upgrade distbench to read this run")
-    return meta
 
 
 def load_run(path, strict: bool = False) -> Run:

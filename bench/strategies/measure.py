@@ -9,11 +9,11 @@ bubble next to the textbook forms and the calibrated replay (bench.strategies.re
 """
 
 import time
-from pathlib import Path
 
 import numpy as np
 
 from bench.distributed.comm import Comm
+from bench.results.rundir import RunDir
 from bench.strategies.breakdown import breakdown
 from bench.strategies.replay import balanced, replay
 from bench.strategies.theory import gpipe_bubble, megatron_bubble
@@ -287,7 +287,7 @@ def measure(case: CaseSpec, launch) -> dict:
     """Every rank: one strategy / pipeline case inside its telemetry window; tables on rank 0."""
     with launch.tel.case(case.case_id, strategy=case.strategy, model=case.model) as tc:
         cfg = launch.job.config
-        res = measure_case(case, cfg, launch.comm, Path(cfg.out) / cfg.name / launch.run_id)
+        res = measure_case(case, cfg, launch.comm, RunDir.of(cfg, launch.run_id).path)
     if launch.info.rank != 0:
         return {}
     tables = build_tables(case, res, launch.base_row(), launch.hosts, launch.nodes)
