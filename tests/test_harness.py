@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 import bench.kinds  # noqa: F401  (registers every kind)
 from bench.cli import build_parser
 from bench.distributed.env import RankInfo
-from bench.distributed.session import Job, Launch, start_meta
+from bench.harness.session import Job, Launch, start_meta
 from bench.harness import KINDS, Kind, Plan
 from bench.harness.run import command_line, describe_failure, env_changes
 from bench.results.schema import TABLES

@@ -123,7 +123,7 @@ class _Stop(Exception):
 
 def test_rank_puts_the_run_dir_into_nccl_debug_file(monkeypatch, tmp_path):
     """worker_main resolves the placeholder (and makes the folder) before init_process_group."""
-    from bench.distributed.session import Job
+    from bench.harness.session import Job
     from bench.harness import rank
 
     seen = {}

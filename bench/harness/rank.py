@@ -26,7 +26,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from bench import telemetry
 from bench.distributed.env import init_rank
-from bench.distributed.session import Job, finish_meta, open_launch, start_meta
+from bench.harness.session import Job, finish_meta, open_launch, start_meta
 from bench.results.rundir import RunDir
 from bench.results.store import RunWriter
 

@@ -23,7 +23,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from bench.distributed.env import launcher, torch_env
 from bench.distributed.launch import launch, launched_externally
-from bench.distributed.session import Job, plain
+from bench.harness.session import Job, plain
 from bench.errors import BenchError
 from bench.kind import Kind, Plan
 from bench.harness.rank import CASE_TIMEOUT_EXIT, worker_main
