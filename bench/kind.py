@@ -127,6 +127,8 @@ class Kind:
     finish: Callable[[Any, Any], None] | None = None  # (run_dir, cfg) after every launch (e.g. a model fit)
     acceptance: Callable[[Any, Any], list[str]] | None = None  # (loaded run, cfg) -> failures: exit 1
     # (e.g. collectives' --min-busbw, nccl-tests' NCCL_TESTS_MIN_BW)
+    memory: Callable[[Any, Any, int], int] | None = None  # (cfg, unit, world) -> bytes one rank needs for
+    # the unit (buffers, scratch, parameters ...; like nccl-tests' getBuffSize); preflight sums nothing else
     estimate_s: Callable[[Any, Any], float | None] = lambda cfg, unit: None  # a unit's expected seconds
     # (for --dry-run and the derived wall-clock limit); None: cannot tell before measuring
 

@@ -1,0 +1,62 @@
+"""Issue 19: a kind defined in tests/ (toy_kind.py) runs through every generic command with no
+edit anywhere in bench/: run, show, report, compare, gate and preflight."""
+
+import json
+
+import pytest
+
+import toy_kind  # noqa: F401  (registers the toy kind)
+from bench.cli import main
+from bench.kind import KINDS
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("toy")
+    suite = root / "toy.toml"
+    suite.write_text(f'kind = "{toy_kind.NAME}"\nworld = [2]\nsizes = ["4K", "64K"]\niters = 5\ntelemetry = false\n')
+    dirs = []
+    for _ in range(3):
+        assert main([toy_kind.NAME, "--suite", str(suite), "--out", str(root / "results")]) == 0
+        dirs.append(sorted((root / "results" / toy_kind.NAME).iterdir())[-1])
+    return root, suite, dirs
+
+
+def test_the_toy_kind_is_registered_and_in_the_cli():
+    assert toy_kind.NAME in KINDS.names()
+
+
+def test_run_and_show(runs, capsys):
+    _, _, dirs = runs
+    meta = json.loads((dirs[0] / "meta.json").read_text())
+    assert meta["kind"] == toy_kind.NAME and meta["state"] == "complete"
+    capsys.readouterr()
+    assert main(["show", str(dirs[0])]) == 0
+    assert "# toy summary: 2 row(s)" in capsys.readouterr().out
+
+
+def test_report_has_the_kinds_own_section(runs):
+    root, _, dirs = runs
+    assert main(["report", str(dirs[0]), "-o", str(root / "report")]) == 0
+    html = (root / "report" / "index.html").read_text()
+    assert "Toy adds" in html and "1 toy run(s)" in html
+
+
+def test_compare_and_gate(runs, capsys):
+    root, _, dirs = runs
+    assert main(["compare", str(dirs[0]), str(dirs[1])]) == 0
+    out = capsys.readouterr().out
+    assert "toy.add" in out
+    base = root / "baseline"
+    assert main(["baseline", "update", "--from", str(dirs[0]), str(dirs[1]), "--baseline", str(base)]) == 0
+    capsys.readouterr()
+    rc = main(["gate", "--baseline", str(base), "--current", str(dirs[2]), "--no-confirm", "--warn-only"])
+    assert rc == 0, capsys.readouterr()
+
+
+def test_preflight_asks_the_kind_for_memory(runs, capsys):
+    _, suite, _ = runs
+    # 64 GiB per rank cannot fit this machine's memory: the figure comes from the toy kind's memory()
+    assert main([toy_kind.NAME, "--suite", str(suite), "--sizes", "64G", "--dry-run"]) in (0, 2)
