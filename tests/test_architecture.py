@@ -165,3 +165,67 @@ def test_every_import_inside_a_function_says_why_it_is_lazy():
     bad = [f"{path.relative_to(ROOT)}:{line}" for path in MODULES.values()
            for line in unexplained_lazy_imports(path.read_text())]
     assert bad == [], "imports inside functions without a `# lazy: <reason>` comment:\n" + "\n".join(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 19: the Kind is a closed plug. Generic code asks the registry and never names a kind.
+
+KIND_DIRS = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.pipeline")
+REGISTRY_MODULE = "bench.kinds"  # the one module that lists the kinds
+GENERIC = ("bench.harness", "bench.results", "bench.report", "bench.distributed", "bench.timing", "bench.telemetry",
+           "bench.preflight", "bench.kind", "bench.cli", "bench.options", "bench.suite", "bench.units", "bench.registry",
+           "bench.errors", "bench.workloads", "bench.overhead")
+# The layers that must not import a kind's folder (the CLI may: it lists the kinds; bench/overhead is
+# a benchmark of its own, timing one collective).
+KIND_BLIND = ("bench.harness", "bench.results", "bench.report", "bench.distributed", "bench.timing", "bench.telemetry",
+              "bench.preflight", "bench.kind")
+
+
+def kind_words() -> set[str]:
+    """Every registered kind's name and the aliases stored runs use, less the shared results
+    columns that happen to share an alias's spelling ('collective', 'algorithm', 'strategy' are
+    columns of bench.results.schema, documented in docs/schema.md, not kind names)."""
+    import bench.kinds  # noqa: F401  (fills the registry)
+    from bench.kind import KINDS
+    from bench.results.schema import TABLES
+
+    columns = {c for t in TABLES.values() for c in t}
+    words = {k.name for k in KINDS} | {a for k in KINDS for a in k.read.aliases}
+    return {w for w in words if w not in columns}
+
+
+def kind_literals(path: Path, words: set[str]) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [f"{path.relative_to(ROOT)}:{n.lineno}: {n.value!r}" for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.strip().lower() in words]
+
+
+def test_kind_literals_finds_them(tmp_path):
+    f = ROOT / "bench" / "__probe_literals__.py"
+    try:
+        f.write_text('X = "pipeline"\n"""docstring naming pipeline"""\nY = f"{1}pipeline"\nZ = ("allreduce", "ring")\n')
+        # the whole constant, or a literal piece of an f-string; never a word inside a longer text
+        assert sorted(x.split(": ")[1] for x in kind_literals(f, {"pipeline", "allreduce"})) == \
+            ["'allreduce'", "'pipeline'", "'pipeline'"]
+    finally:
+        f.unlink()
+
+
+def test_generic_code_names_no_kind():
+    words = kind_words()
+    assert {"collectives", "allreduce", "pipeline", "strategies"} <= words
+    bad = [hit for m, p in MODULES.items() if not _within(m, KIND_DIRS) and m != REGISTRY_MODULE
+           for hit in kind_literals(p, words)]
+    assert bad == [], "kind names outside bench/<kind>/ and bench/kinds.py:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _within(m, KIND_BLIND)))
+def test_generic_code_imports_no_kind(module):
+    kinds = sorted(m for m in imports(module) if _within(m, KIND_PACKAGES))
+    assert kinds == [], f"{module} imports kind module(s) {kinds}"
+
+
+def test_every_module_is_generic_or_a_kinds():
+    stray = sorted(m for m in MODULES if not _within(m, GENERIC + KIND_DIRS + (REGISTRY_MODULE, "bench.__main__"))
+                   and m != "bench")
+    assert stray == [], f"modules neither generic nor a kind's (add them to GENERIC or a kind folder): {stray}"
