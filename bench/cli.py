@@ -54,7 +54,7 @@ def cmd_list(args) -> int:
     for c in COLLECTIVES:
         print(f"collective  {c.name:<24} busbw factor at n=8: {c.bus_factor(8):.3f}  placements: {', '.join(c.placements)}")
     for a in ALGORITHMS:
-        print(f"allreduce   {a.name:<24} {_first_doc_line(sys.modules[type(a).__module__].__doc__)}")
+        print(f"algorithm   {a.name:<24} {_first_doc_line(sys.modules[type(a).__module__].__doc__)}")
     for s in STRATEGIES:
         print(f"strategy    {s.name:<24} {_first_doc_line(s.doc)}")
     for k in KINDS:

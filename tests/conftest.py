@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bench.kinds  # noqa: E402,F401  (fills the kind registry, as every entry point does)
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -13,12 +13,18 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.kind import BASE_KEYS, KINDS
 from bench.results.store import load_run
 
 _EXTRA = ("busbw_gbps", "algbw_gbps", "bus_factor", "wrong", "noisy", "samples_per_s", "tokens_per_s",
           "peak_memory_bytes", "bubble_measured", "degraded", "oversubscribed", "throttled")
-_PARAMS = ("size_bytes", "placement", "world", "dtype", "op", "mode", "algorithm", "variant", "strategy", "model",
-           "chunks", "schedule", "checkpoint")
+_SETTINGS = ("dtype", "op", "mode")  # what a collective case is beside its key
+
+
+def _params() -> tuple[str, ...]:
+    """The columns that say what a row measured: every kind's case key, then the settings."""
+    keys = [c for k in KINDS for c in k.read.key_columns() if c != "case_id"]
+    return tuple(dict.fromkeys([*BASE_KEYS[1:], *_SETTINGS, *keys]))
 
 
 def _plain(v):
@@ -69,7 +75,7 @@ def to_pytest_benchmark(run_dir) -> dict:
         stats = Stats()
         for x in data:
             stats.update(x)
-        params = {k: _plain(r.get(k)) for k in _PARAMS if k in r and _plain(r.get(k)) not in (None, "")}
+        params = {k: _plain(r.get(k)) for k in _params() if k in r and _plain(r.get(k)) not in (None, "")}
         param = "-".join(str(v) for k, v in params.items() if k in ("size_bytes", "placement", "chunks", "schedule"))
         name = f"{case}[{param}]" if param else case
         benchmarks.append({

@@ -26,7 +26,7 @@ from bench.units import parse_size
 
 SCHEDULE = {"wait": 1, "warmup": 1, "active": 3}
 STEPS = sum(SCHEDULE.values())  # profiled steps per case (5)
-COMM_WORDS = ("send", "recv", "wait", "all_reduce", "allreduce", "broadcast", "c10d", "gloo", "nccl")
+COMM_WORDS = re.compile(r"send|recv|wait|all_?reduce|broadcast|c10d|gloo|nccl")  # in an op name, any case
 OP_CATS = ("cpu_op",)  # Chrome-trace category of CPU operator events (aten::..., c10d::allreduce_, ...)
 # record_function spans the backends open around their own work (gloo:all_reduce, nccl:all_reduce,
 # record_param_comms): user_annotation events, counted as communication (never as compute)
@@ -145,7 +145,7 @@ def _length(ivs) -> float:
 
 def is_comm(name: str) -> bool:
     n = name.lower()
-    return any(w in n for w in COMM_WORDS)
+    return COMM_WORDS.search(n) is not None
 
 
 def trace_breakdown(trace_path, label: str | None = None, backend_spans: bool = True) -> dict:
