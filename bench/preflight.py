@@ -244,24 +244,43 @@ def _cgroup_available() -> int | None:
 
 def free_memory_bytes(device="cpu") -> int:
     """Free memory for the ranks: host memory available (psutil; the cgroup's headroom when that is
-    smaller) for a CPU device, torch.cuda.mem_get_info's free bytes for a CUDA device."""
+    smaller) for a CPU device; for a CUDA device, torch.cuda.mem_get_info of that device, which
+    creates a CUDA context on it: call it only in the rank that owns the device, after
+    set_device (bench.distributed.env.select_device), never in the launcher."""
 
     dev = torch.device(device)
     if dev.type == "cuda":
-        return int(torch.cuda.mem_get_info(dev.index if dev.index is not None else 0)[0])
+        if dev.index is None:
+            raise ValueError("free_memory_bytes: name the CUDA device (cuda:N), the rank's own")
+        return int(torch.cuda.mem_get_info(dev)[0])
 
     avail = int(psutil.virtual_memory().available)
     cg = _cgroup_available()
     return min(avail, cg) if cg is not None else avail
 
 
-def ranks_per_memory(world: int, device="cpu") -> int:
-    """Ranks that share one memory: every rank of a self-launch on the host, or the ranks per GPU."""
+def nvml_free_bytes(indices) -> list[int] | None:
+    """Free bytes of the CUDA devices `indices` as NVML reports them (nvmlDeviceGetMemoryInfo),
+    for a launcher that owns no GPU: NVML creates no CUDA context. A CUDA index maps onto NVML's
+    through CUDA_VISIBLE_DEVICES (torch.cuda._get_nvml_device_index, what torch.cuda.utilization
+    uses). None when NVML cannot answer (no nvidia-ml-py, no driver, an older torch)."""
+    try:
+        import pynvml  # lazy: optional dependency (nvidia-ml-py), only on GPU hosts
 
-    if torch.device(device).type == "cuda":
-        n = max(torch.cuda.device_count(), 1)
-        return max(1, math.ceil(world / n))
-    return world
+        to_nvml = torch.cuda._get_nvml_device_index
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - any failure means: no answer from NVML
+        return None
+    try:
+        return [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(to_nvml(i))).free)
+                for i in indices]
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def gib(n: float) -> str:
@@ -269,30 +288,39 @@ def gib(n: float) -> str:
 
 
 def check_fits(need_per_rank: int, ranks_on_host: int, free: int, what: str, sizes_that_fit=(),
-               overhead_per_rank: int = 0):
+               overhead_per_rank: int = 0, where: str = ""):
     """BenchError (one line) when ranks_on_host x (need_per_rank + overhead_per_rank) > free:
-    what needs how much, what is free, and the largest sizes that fit (`sizes_that_fit`, strings,
-    smallest first; the last three are named)."""
+    what needs how much, what is free (`where`: the memory, e.g. 'cuda:3, this rank's own GPU'),
+    and the largest sizes that fit (`sizes_that_fit`, strings, smallest first; the last three)."""
     per = need_per_rank + overhead_per_rank
-    total = per * max(ranks_on_host, 1)
+    ranks = max(ranks_on_host, 1)
+    total = per * ranks
     if total <= free:
         return
     fit = list(sizes_that_fit)
     hint = f"largest that fit: {', '.join(fit[-3:])}" if fit else "nothing in this sweep fits"
-    raise BenchError(f"{what} needs {gib(per)} per rank x {ranks_on_host} rank(s) = {gib(total)}, but only "
+    on = f" on {where}" if where else ""
+    if where and ranks == 1:
+        raise BenchError(f"{what} needs {gib(per)} per rank, but only {gib(free)} is free{on}; {hint}")
+    sharing = f" sharing {where}" if where else ""
+    raise BenchError(f"{what} needs {gib(per)} per rank x {ranks} rank(s){sharing} = {gib(total)}, but only "
                      f"{gib(free)} is free; {hint}")
 
 
 def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = None,
-                ranks_on_host: int | None = None, overhead_per_rank: int | None = None):
-    """Refuse a launch whose largest case cannot fit in free memory (host for CPU ranks, one GPU
-    for CUDA ranks), naming the largest sizes (collectives, allreduce) or batches (strategies,
-    pipeline) that fit. `free`, `ranks_on_host`, `overhead_per_rank` default to this machine's."""
+                ranks_on_host: int | None = None, overhead_per_rank: int | None = None, where: str = ""):
+    """Refuse a launch whose largest case cannot fit in free memory, naming the largest sizes
+    (collectives, allreduce) or batches (strategies, pipeline) that fit.
 
+    The memory is the host's for CPU ranks, shared by the `ranks_on_host` ranks on it (default:
+    the whole world, a self-launch). For a CUDA rank it is its own device's (`device` = cuda:N,
+    already made current by the caller; free defaults to its mem_get_info) and `ranks_on_host` is
+    the ranks on that one GPU: 1, unless the launcher really puts several on it
+    (bench.distributed.env.gpu_layout). `overhead_per_rank` defaults to RANK_OVERHEAD_BYTES."""
 
     dtype = torch.device(device).type
     free = free_memory_bytes(device) if free is None else free
-    ranks = ranks_per_memory(world, device) if ranks_on_host is None else ranks_on_host
+    ranks = (world if dtype == "cpu" else 1) if ranks_on_host is None else ranks_on_host
     over = RANK_OVERHEAD_BYTES.get(dtype, RANK_OVERHEAD_BYTES["cpu"]) if overhead_per_rank is None else overhead_per_rank
     budget = free / max(ranks, 1) - over
 
@@ -301,7 +329,7 @@ def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = Non
         need, label = est(cfg, world)
         sizes = sorted(set(cfg.size_list()))
         fit = [f"{format_size(s)}B" for s in sizes if est(cfg, world, [s])[0] <= budget]
-        check_fits(need, ranks, free, f"the largest case ({label})", fit, over)
+        check_fits(need, ranks, free, f"the largest case ({label})", fit, over, where)
     elif kind in ("strategies", "pipeline"):
         expand = expand_strategies if kind == "strategies" else expand_pipeline
         cases = [c for c in expand(cfg)[0] if c.world == world]
@@ -314,7 +342,7 @@ def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = Non
             b //= 2
             if b and training_bytes_per_rank([_with_batch(c, b) for c in cases], bool(cfg.check))[0] <= budget:
                 fit = [f"batch {b}"]
-        check_fits(need, ranks, free, f"the largest case ({label})", fit, over)
+        check_fits(need, ranks, free, f"the largest case ({label})", fit, over, where)
 
 
 def _with_batch(case, batch: int):

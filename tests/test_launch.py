@@ -16,6 +16,8 @@ from bench.distributed.env import launcher
 from bench.harness import KINDS
 from conftest import GiB, FakeCuda, ReachedInit, ompi_2x8, slurm_2x8, stop_at_init, torchrun_2x8
 
+pytestmark = pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record under capsys
+
 CLUSTER = ["collectives", "--suite", "suites/collectives-full.toml"]  # the README's cluster command
 EXTRA = {"pipeline": ["--stages", "16", "--chunks", "16", "--model", "mlp-large"]}  # fills world 16
 
@@ -97,7 +99,8 @@ def test_torchrun_ranks_sharing_one_visible_gpu_are_refused(monkeypatch, launche
     GPU would share it, which NCCL refuses; said before anything starts."""
     reached, rc = _start(monkeypatch, launcher_env, torchrun_2x8(3), CLUSTER, tmp_path, FakeCuda(n=1))
     assert reached is None and rc == 2
-    assert "8 ranks per node with nccl" in capsys.readouterr().err
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("distbench: error: rank 3 (node 0, local rank 3): ") and "start at most 1 ranks per node" in line
 
 
 def test_the_batch_scripts_shell_is_not_a_rank():
@@ -125,3 +128,45 @@ def test_every_kind_starts_under_every_launcher(kind, via, monkeypatch, launcher
     assert reached is not None, f"{kind} under {via} stopped with exit code {rc}"
     assert reached.kwargs["device_id"] == torch.device("cuda", 3)
     _assert_own_device_only(cuda, 3, 11)
+
+
+class Launched(BaseException):
+    """The stub of elastic_launch: the self-launching process got as far as starting its ranks."""
+
+
+def test_self_launch_makes_no_cuda_call_and_reads_free_memory_from_nvml(monkeypatch, launcher_env, tmp_path, capsys):
+    """Issue 17 item 2: `distbench collectives --nproc 8` with nccl: the launcher owns no GPU, so it
+    makes no CUDA call on any device; its memory check reads NVML (no CUDA context), per GPU."""
+    import bench.harness.run as run_mod
+    from bench import preflight
+
+    free = [79 * GiB] * 8
+    monkeypatch.setattr(preflight, "nvml_free_bytes", lambda indices: [free[i] for i in indices])
+    monkeypatch.setattr(run_mod, "launch", lambda *a, **k: (_ for _ in ()).throw(Launched()))
+    argv = ["collectives", "--backend", "nccl", "--nproc", "8", "-c", "all_reduce", "--sizes", "1K,8G"]
+    cuda = FakeCuda()
+    with pytest.raises(Launched):
+        _start(monkeypatch, launcher_env, {}, argv, tmp_path, cuda)
+    assert cuda.devices_touched() == set(), cuda.calls
+    free[5] = 10 * GiB  # 8 GiB all_reduce, checked: buffer + expected = 16 GiB > 10 GiB on cuda:5
+    cuda = FakeCuda()
+    reached, rc = _start(monkeypatch, launcher_env, {}, argv, tmp_path, cuda)
+    assert rc == 2 and cuda.devices_touched() == set()
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "warning: world 8" not in ln]  # 8 ranks, 2 cores
+    assert line.startswith("distbench: error: the largest case (all_reduce") and "on cuda:5" in line, line
+
+
+def test_ranks_share_a_gpu_only_when_nccl_is_told_to_allow_it(monkeypatch, launcher_env, tmp_path, capsys):
+    """8 local ranks on 4 GPUs with NCCL_MULTI_RANK_GPU_ENABLE=1: two ranks per GPU, and then (only
+    then) the memory check divides the GPU's free memory between them and says so."""
+    env = {**torchrun_2x8(5), "NCCL_MULTI_RANK_GPU_ENABLE": "1"}
+    argv = ["collectives", "-c", "all_reduce", "--sizes", "1K,8G"]
+    cuda = FakeCuda(n=4, free_bytes=40 * GiB)
+    reached, rc = _start(monkeypatch, launcher_env, env, argv, tmp_path, cuda)
+    assert reached is not None and reached.kwargs["device_id"] == torch.device("cuda", 1)
+    _assert_own_device_only(cuda, 1, 5)
+    cuda = FakeCuda(n=4, free_bytes=30 * GiB)  # 2 x (16 GiB + overhead) > 30 GiB
+    reached, rc = _start(monkeypatch, launcher_env, env, argv, tmp_path, cuda)
+    assert rc == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "x 2 rank(s) sharing cuda:1 (the launcher puts 2 ranks on this GPU" in line, line
