@@ -5,9 +5,10 @@ Everything here is pure or takes the machine's numbers as arguments (defaults re
 machine), so tests fake them. A check that fails raises BenchError with a one-line message: what
 needs how much, what is there, and what would fit. A soft problem returns a warning string.
 
-The memory estimates are upper bounds of what one rank allocates at its peak, from the buffers
-the code allocates (bench/collectives/*.py setup/expected, bench/allreduce/kind.py,
-bench/strategies/*): they are meant to refuse a sweep that cannot fit, not to predict RSS.
+The memory estimates are what one rank allocates at its peak: for a collective, its own answer
+(Collective.buff_numel, nccl-tests' getBuffSize) summed like nccl-tests' buffers; upper bounds
+from the buffers the code allocates for bench/allreduce/kind.py and bench/strategies/*. They are
+meant to refuse a sweep that cannot fit, not to predict RSS.
 Each rank also pays a fixed cost (the torch runtime, the CUDA context): RANK_OVERHEAD_BYTES.
 """
 
@@ -22,6 +23,8 @@ from pathlib import Path
 import psutil
 import torch
 
+from bench.collectives import REGISTRY as COLLECTIVES
+from bench.collectives.base import CHECK_SCRATCH_BYTES, case_numel
 from bench.errors import BenchError
 from bench.pipeline.config import expand_pipeline
 from bench.strategies.config import expand_strategies
@@ -37,48 +40,26 @@ RANK_OVERHEAD_BYTES = {"cpu": 256 * MiB, "cuda": 512 * MiB}
 
 # ---- collectives --------------------------------------------------------------------------------
 
-# Per-rank bytes of one case, in units of S (the total-array bytes of the case, nccl-tests' size)
-# and S / world (one shard): (timed_const, timed_per_shard, checked_const, checked_per_shard).
-#   timed   = the buffers setup() allocates (held while the timed loop runs);
-#   checked = a check's fresh setup() + the result copy (torch.cat of a list output) + the
-#             expected tensor, at its transient peak (gathered_values / torch.cat of w pieces hold
-#             the pieces and the result: 2 S).
-# Rooted collectives are counted at the root (the rank that holds the most). The checked phase
-# also compares got != want: one byte per element (added separately). Read from each file's
-# setup()/result()/expected(); a collective not in the table gets DEFAULT_FACTORS (generous).
-COLLECTIVE_FACTORS = {
-    "broadcast": (1, 0, 2, 0),  # buf S; expected S
-    "reduce": (1, 0, 2, 0),  # buf S; expected S (root)
-    "all_reduce": (1, 0, 2, 0),  # buf S; expected S
-    "all_gather": (1, 1, 4, 1),  # shard + w shards; + cat S + expected (pieces + cat) 2 S
-    "all_gather_single": (1, 1, 3, 1),  # out S + shard; + expected 2 S (the result is the out buffer)
-    "gather": (1, 1, 4, 1),  # root: shard + w shards; + cat S + expected 2 S
-    "all_to_all": (2, 0, 5, 0),  # w input shards S + w output shards S; + cat S + expected 2 S
-    "all_to_all_single": (2, 0, 4, 0),  # input S (cat of w pieces) + out S; + expected 2 S
-    "reduce_scatter": (1, 1, 1, 2),  # w input chunks S + out shard; + expected shard
-    "reduce_scatter_single": (1, 1, 1, 2),
-    "scatter": (1, 1, 1, 2),  # root: w chunks S + out shard; + expected shard
-    "sendrecv": (2, 0, 3, 0),  # in S + out S; + expected S
-    "barrier": (0, 0, 0, 0),
-}
-DEFAULT_FACTORS = (2, 1, 5, 1)
+# A collective case's memory is the collective's own answer (Collective.buff_numel, like nccl-tests'
+# getBuffSize) summed by bench.collectives.base.case_numel: send + recv buffers (one in-place),
+# and while checked a fresh set of them plus the expected result; the chunked compare adds at
+# most CHECK_SCRATCH_BYTES. Rooted collectives are counted at the root (the rank that holds most).
 
 
 def _elem_bytes(dtype: str) -> int:
-
-
     return torch.empty((), dtype=parse_dtype(dtype)).element_size()
 
 
-def collective_case_bytes(collective: str, size_bytes: int, elem_bytes: int, world: int, check: int = 1) -> int:
-    """Per-rank peak bytes of one collective case at total-array size S = size_bytes (see
-    COLLECTIVE_FACTORS): S x (c + p / world), plus one byte per element when checked."""
-    tc, tp, cc, cp = COLLECTIVE_FACTORS.get(collective, DEFAULT_FACTORS)
-    c, p = (cc, cp) if check else (tc, tp)
-    need = size_bytes * c + size_bytes * p / max(world, 1)
-    if check and c:
-        need += size_bytes // max(elem_bytes, 1)  # the got != want mask
-    return int(math.ceil(need))
+def collective_case_bytes(collective: str, size_bytes: int, elem_bytes: int, world: int, check: int = 1,
+                          placement: str | None = None) -> int:
+    """Per-rank peak bytes of one collective case at total-array size S = size_bytes, in
+    `placement` (default: the larger of the collective's placements): case_numel x element size,
+    plus CHECK_SCRATCH_BYTES when checked."""
+    coll = COLLECTIVES.get(collective)
+    count = size_bytes // max(elem_bytes, 1)
+    places = [placement] if placement else list(coll.placements)
+    numel = max(case_numel(coll, count, max(world, 1), p == "in-place", bool(check)) for p in places)
+    return numel * elem_bytes + (CHECK_SCRATCH_BYTES if check and coll.sized else 0)
 
 
 def collectives_bytes_per_rank(cfg, world: int, sizes=None) -> tuple[int, str]:

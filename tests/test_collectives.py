@@ -289,7 +289,8 @@ def test_cli_run_on_a_tiny_suite(tmp_path):
 # ---- the check runs in bounded chunks (issue 17 item 10) -----------------------------------------
 
 class _LargestNewTensor:
-    """Bytes of the largest tensor any torch op creates inside the block (views excluded)."""
+    """Bytes of the largest storage any torch op allocates inside the block (a view shares its
+    input's storage and is not counted)."""
 
     def __enter__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -299,9 +300,11 @@ class _LargestNewTensor:
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
+                inputs = {a.untyped_storage().data_ptr() for a in [*args, *(kwargs or {}).values()]
+                          if isinstance(a, torch.Tensor)}
                 for t in (out if isinstance(out, (list, tuple)) else [out]):
-                    if isinstance(t, torch.Tensor) and not t._is_view():
-                        outer.largest = max(outer.largest, t.numel() * t.element_size())
+                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                        outer.largest = max(outer.largest, t.untyped_storage().nbytes())
                 return out
 
         self.largest, self.mode = 0, Mode()
