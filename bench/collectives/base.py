@@ -94,8 +94,8 @@ def register(cls):
 
 def case_numel(coll: Collective, count: int, world: int, inplace: bool, check: bool) -> int:
     """Elements of the case's dtype one rank holds at its peak (the most loaded rank), as
-    nccl-tests allocates sendbuff, recvbuff and, when checking, expected (src/common.cu
-    AllocateBuffs; sizes from getBuffSize): send + recv buffers (one buffer in-place: the send
+    nccl-tests allocates sendbuff, recvbuff and, when checking, expected (nccl-tests a0b82b2,
+    src/common.cu:1104 AllocateBuffs, sized by getBuffSize at src/common.cu:1563): send + recv buffers (one buffer in-place: the send
     buffer lies inside the receive buffer, nccl-tests' sendInplaceOffset), and while checked a
     fresh set of them plus the expected result (recv elements; the timed buffers are freed
     first: bench.collectives.kind.measure). The compare itself adds CHECK_SCRATCH_BYTES."""
