@@ -266,8 +266,9 @@ def resolve_backend(requested: str, env_has_cuda: bool | None = None) -> str:
 
 def multi_rank_gpu(env=os.environ) -> bool:
     """NCCL_MULTI_RANK_GPU_ENABLE=1: NCCL lets several ranks of a node share one GPU; by default
-    it refuses them at communicator init ("Multiple Ranks are using the same GPU/Partition",
-    NCCL src/init.cc, the peerInfo gpuUuid check; NCCL_PARAM MultiRankGpuEnable, default 0)."""
+    it refuses them at communicator init ("Multiple Ranks are using the same GPU/Partition": NCCL
+    src/init.cc:1055, the peerInfo gpuUuid check; NCCL_PARAM(MultiRankGpuEnable, ..., 0) at
+    src/init.cc:68; NVIDIA/nccl commit 5067397)."""
     return str(env.get("NCCL_MULTI_RANK_GPU_ENABLE", "0")).strip() == "1"
 
 
@@ -288,7 +289,7 @@ def gpu_layout(env=os.environ, gpus: int | None = None, world: int | None = None
     if gpus == 1:  # whatever the launcher: the one GPU this process sees (check_world refused the rest)
         own = launcher(env) in ("slurm", "mpi") or not multi_rank_gpu(env)
         return 0, 1 if own else local_world
-    if multi_rank_gpu(env) and gpus >= 1:
+    if multi_rank_gpu(env) and gpus > 1:
         return local_rank % gpus, -(-local_world // gpus)
     return local_rank, 1
 
