@@ -82,11 +82,14 @@ def test_bad_input_is_reported_by_every_rank_with_its_rank(monkeypatch, launcher
                                "collective 'nope'"), line
 
 
-def test_slurm_task_with_one_visible_gpu_uses_it(monkeypatch, launcher_env, tmp_path):
-    """Issue 17 item 11: `srun --gpus-per-task=1`: each task sees one GPU, as cuda:0 (was: refused,
-    '8 ranks per node with nccl ... this node has 1 GPU(s)')."""
+@pytest.mark.parametrize("via", ["slurm", "mpi"])
+def test_a_task_with_one_visible_gpu_uses_it(via, monkeypatch, launcher_env, tmp_path):
+    """Issue 17 item 11: `srun --gpus-per-task=1` (or an MPI wrapper that sets CUDA_VISIBLE_DEVICES
+    per local rank): each task sees one GPU, as cuda:0, and uses it (was: refused, '8 ranks per
+    node with nccl ... this node has 1 GPU(s)')."""
     for rank in (0, 5, 13):
-        env = slurm_2x8(rank, SLURM_GPUS_PER_TASK="1", CUDA_VISIBLE_DEVICES=str(rank % 8))
+        env = {**(slurm_2x8(rank, SLURM_GPUS_PER_TASK="1") if via == "slurm" else ompi_2x8(rank)),
+               "CUDA_VISIBLE_DEVICES": str(rank % 8)}
         cuda = FakeCuda(n=1)
         reached, rc = _start(monkeypatch, launcher_env, env, CLUSTER, tmp_path, cuda)
         assert reached is not None, f"task {rank} stopped with exit code {rc}"
