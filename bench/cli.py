@@ -10,6 +10,8 @@ Exit code 1 means the benchmark ran but found wrong results (or a rank failed).
 import dataclasses
 import sys
 
+import torch
+
 import bench.kinds  # noqa: F401  (registers every benchmark kind)
 from bench.report import cli as report_cli
 from bench.results import cli as results_cli
@@ -17,7 +19,8 @@ from bench.overhead import cli as telemetry_cli
 from bench.allreduce import REGISTRY as ALGORITHMS
 from bench.collectives import REGISTRY as COLLECTIVES
 from bench import preflight
-from bench.distributed.env import check_world, launcher_world, ranks_per_node, resolve_backend
+from bench.distributed.env import (check_world, gpu_layout, launcher_world, ranks_per_node, resolve_backend,
+                                   select_device, torch_env)
 from bench.distributed.launch import launched_externally
 from bench.errors import USAGE_EXIT, BenchError
 from bench.harness import KINDS, Kind
@@ -98,7 +101,13 @@ def cmd_kind(kind: Kind, args) -> int:
 
 def preflight_checks(kind: Kind, cfg, backend: str, plan):
     """Before the first case: a writable results root, ranks this host can hold, memory for the
-    largest case of every launch (bench.preflight); one-line errors, nothing written."""
+    largest case of every launch (bench.preflight); one-line errors, nothing written.
+
+    Memory: CPU ranks share the host's (the ranks of this node). A CUDA rank started by torchrun /
+    srun / mpirun first makes its own GPU current (select_device: the first call that touches a
+    GPU) and checks that GPU's free memory; ranks divide it only when the launcher really puts
+    several on one GPU (gpu_layout). A self-launching process owns no GPU and makes no CUDA call:
+    it reads the free memory of the GPUs its ranks will use from NVML (no CUDA context)."""
     preflight.check_writable(cfg.out)
     local = ranks_per_node()
     for lp in plan.launches:
@@ -106,8 +115,36 @@ def preflight_checks(kind: Kind, cfg, backend: str, plan):
             warning = preflight.check_ranks(lp.world)
             if warning and is_rank_zero():
                 print(f"distbench: warning: {warning}", file=sys.stderr)
-        preflight.check_sweep(kind.name, lp.config, lp.world, "cuda" if backend == "nccl" else "cpu",
-                              ranks_on_host=local)
+    if backend != "nccl":
+        for lp in plan.launches:
+            preflight.check_sweep(kind.name, lp.config, lp.world, "cpu", ranks_on_host=local or lp.world,
+                                  where="this host's memory" if (local or lp.world) > 1 else "")
+        return
+    if launched_externally():
+        device = select_device(backend)
+        sharing = gpu_layout()[1]
+        where = f"{device} (this rank's own GPU)" if sharing == 1 else \
+            f"{device} (the launcher puts {sharing} ranks on this GPU: NCCL_MULTI_RANK_GPU_ENABLE=1)"
+        for lp in plan.launches:
+            preflight.check_sweep(kind.name, lp.config, lp.world, device, ranks_on_host=sharing, where=where)
+        return
+    for lp in plan.launches:
+        free = preflight.nvml_free_bytes(range(lp.world))
+        if free is None:
+            print("distbench: warning: GPU memory not checked before the launch (NVML cannot be read here); "
+                  "a case too large for a GPU fails with CUDA out of memory", file=sys.stderr)
+            return
+        i = min(range(lp.world), key=lambda k: free[k])
+        preflight.check_sweep(kind.name, lp.config, lp.world, torch.device("cuda", i), free=free[i], ranks_on_host=1,
+                              where=f"cuda:{i} (one GPU per rank, the one with the least free memory)")
+
+
+def _rank_prefix() -> str:
+    """'rank 9 (node 1, local rank 1): ' in a process an external launcher started, else ''."""
+    t = torch_env()
+    if not t:
+        return ""
+    return f"rank {t.get('RANK', '?')} (node {t.get('GROUP_RANK', '?')}, local rank {t.get('LOCAL_RANK', '?')}): "
 
 
 def main(argv=None) -> int:
@@ -117,8 +154,8 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except BenchError as e:
-        if is_rank_zero():
-            print(f"distbench: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, always
+        # every rank that refuses says why, with its rank: an error only one rank sees is never silent
+        print(f"distbench: error: {_rank_prefix()}{' '.join(str(e).split())}", file=sys.stderr)  # one line
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("distbench: interrupted; finished cases are kept", file=sys.stderr)
@@ -126,6 +163,6 @@ def main(argv=None) -> int:
     except Exception as e:  # noqa: BLE001 - an internal error: one line unless --debug
         if debug:
             raise
-        print(f"distbench: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
-              file=sys.stderr)
+        print(f"distbench: internal error: {_rank_prefix()}{type(e).__name__}: {e} (run with --debug for the "
+              "traceback)", file=sys.stderr)
         return 1

@@ -5,9 +5,10 @@ Everything here is pure or takes the machine's numbers as arguments (defaults re
 machine), so tests fake them. A check that fails raises BenchError with a one-line message: what
 needs how much, what is there, and what would fit. A soft problem returns a warning string.
 
-The memory estimates are upper bounds of what one rank allocates at its peak, from the buffers
-the code allocates (bench/collectives/*.py setup/expected, bench/allreduce/kind.py,
-bench/strategies/*): they are meant to refuse a sweep that cannot fit, not to predict RSS.
+The memory estimates are what one rank allocates at its peak: for a collective, its own answer
+(Collective.buff_numel, nccl-tests' getBuffSize) summed like nccl-tests' buffers; upper bounds
+from the buffers the code allocates for bench/allreduce/kind.py and bench/strategies/*. They are
+meant to refuse a sweep that cannot fit, not to predict RSS.
 Each rank also pays a fixed cost (the torch runtime, the CUDA context): RANK_OVERHEAD_BYTES.
 """
 
@@ -22,6 +23,8 @@ from pathlib import Path
 import psutil
 import torch
 
+from bench.collectives import REGISTRY as COLLECTIVES
+from bench.collectives.base import CHECK_SCRATCH_BYTES, case_numel
 from bench.errors import BenchError
 from bench.pipeline.config import expand_pipeline
 from bench.strategies.config import expand_strategies
@@ -37,48 +40,26 @@ RANK_OVERHEAD_BYTES = {"cpu": 256 * MiB, "cuda": 512 * MiB}
 
 # ---- collectives --------------------------------------------------------------------------------
 
-# Per-rank bytes of one case, in units of S (the total-array bytes of the case, nccl-tests' size)
-# and S / world (one shard): (timed_const, timed_per_shard, checked_const, checked_per_shard).
-#   timed   = the buffers setup() allocates (held while the timed loop runs);
-#   checked = a check's fresh setup() + the result copy (torch.cat of a list output) + the
-#             expected tensor, at its transient peak (gathered_values / torch.cat of w pieces hold
-#             the pieces and the result: 2 S).
-# Rooted collectives are counted at the root (the rank that holds the most). The checked phase
-# also compares got != want: one byte per element (added separately). Read from each file's
-# setup()/result()/expected(); a collective not in the table gets DEFAULT_FACTORS (generous).
-COLLECTIVE_FACTORS = {
-    "broadcast": (1, 0, 2, 0),  # buf S; expected S
-    "reduce": (1, 0, 2, 0),  # buf S; expected S (root)
-    "all_reduce": (1, 0, 2, 0),  # buf S; expected S
-    "all_gather": (1, 1, 4, 1),  # shard + w shards; + cat S + expected (pieces + cat) 2 S
-    "all_gather_single": (1, 1, 3, 1),  # out S + shard; + expected 2 S (the result is the out buffer)
-    "gather": (1, 1, 4, 1),  # root: shard + w shards; + cat S + expected 2 S
-    "all_to_all": (2, 0, 5, 0),  # w input shards S + w output shards S; + cat S + expected 2 S
-    "all_to_all_single": (2, 0, 4, 0),  # input S (cat of w pieces) + out S; + expected 2 S
-    "reduce_scatter": (1, 1, 1, 2),  # w input chunks S + out shard; + expected shard
-    "reduce_scatter_single": (1, 1, 1, 2),
-    "scatter": (1, 1, 1, 2),  # root: w chunks S + out shard; + expected shard
-    "sendrecv": (2, 0, 3, 0),  # in S + out S; + expected S
-    "barrier": (0, 0, 0, 0),
-}
-DEFAULT_FACTORS = (2, 1, 5, 1)
+# A collective case's memory is the collective's own answer (Collective.buff_numel, like nccl-tests'
+# getBuffSize) summed by bench.collectives.base.case_numel: send + recv buffers (one in-place),
+# and while checked a fresh set of them plus the expected result; the chunked compare adds at
+# most CHECK_SCRATCH_BYTES. Rooted collectives are counted at the root (the rank that holds most).
 
 
 def _elem_bytes(dtype: str) -> int:
-
-
     return torch.empty((), dtype=parse_dtype(dtype)).element_size()
 
 
-def collective_case_bytes(collective: str, size_bytes: int, elem_bytes: int, world: int, check: int = 1) -> int:
-    """Per-rank peak bytes of one collective case at total-array size S = size_bytes (see
-    COLLECTIVE_FACTORS): S x (c + p / world), plus one byte per element when checked."""
-    tc, tp, cc, cp = COLLECTIVE_FACTORS.get(collective, DEFAULT_FACTORS)
-    c, p = (cc, cp) if check else (tc, tp)
-    need = size_bytes * c + size_bytes * p / max(world, 1)
-    if check and c:
-        need += size_bytes // max(elem_bytes, 1)  # the got != want mask
-    return int(math.ceil(need))
+def collective_case_bytes(collective: str, size_bytes: int, elem_bytes: int, world: int, check: int = 1,
+                          placement: str | None = None) -> int:
+    """Per-rank peak bytes of one collective case at total-array size S = size_bytes, in
+    `placement` (default: the larger of the collective's placements): case_numel x element size,
+    plus CHECK_SCRATCH_BYTES when checked."""
+    coll = COLLECTIVES.get(collective)
+    count = size_bytes // max(elem_bytes, 1)
+    places = [placement] if placement else list(coll.placements)
+    numel = max(case_numel(coll, count, max(world, 1), p == "in-place", bool(check)) for p in places)
+    return numel * elem_bytes + (CHECK_SCRATCH_BYTES if check and coll.sized else 0)
 
 
 def collectives_bytes_per_rank(cfg, world: int, sizes=None) -> tuple[int, str]:
@@ -244,24 +225,43 @@ def _cgroup_available() -> int | None:
 
 def free_memory_bytes(device="cpu") -> int:
     """Free memory for the ranks: host memory available (psutil; the cgroup's headroom when that is
-    smaller) for a CPU device, torch.cuda.mem_get_info's free bytes for a CUDA device."""
+    smaller) for a CPU device; for a CUDA device, torch.cuda.mem_get_info of that device, which
+    creates a CUDA context on it: call it only in the rank that owns the device, after
+    set_device (bench.distributed.env.select_device), never in the launcher."""
 
     dev = torch.device(device)
     if dev.type == "cuda":
-        return int(torch.cuda.mem_get_info(dev.index if dev.index is not None else 0)[0])
+        if dev.index is None:
+            raise ValueError("free_memory_bytes: name the CUDA device (cuda:N), the rank's own")
+        return int(torch.cuda.mem_get_info(dev)[0])
 
     avail = int(psutil.virtual_memory().available)
     cg = _cgroup_available()
     return min(avail, cg) if cg is not None else avail
 
 
-def ranks_per_memory(world: int, device="cpu") -> int:
-    """Ranks that share one memory: every rank of a self-launch on the host, or the ranks per GPU."""
+def nvml_free_bytes(indices) -> list[int] | None:
+    """Free bytes of the CUDA devices `indices` as NVML reports them (nvmlDeviceGetMemoryInfo),
+    for a launcher that owns no GPU: NVML creates no CUDA context. A CUDA index maps onto NVML's
+    through CUDA_VISIBLE_DEVICES (torch.cuda._get_nvml_device_index, what torch.cuda.utilization
+    uses). None when NVML cannot answer (no nvidia-ml-py, no driver, an older torch)."""
+    try:
+        import pynvml  # lazy: optional dependency (nvidia-ml-py), only on GPU hosts
 
-    if torch.device(device).type == "cuda":
-        n = max(torch.cuda.device_count(), 1)
-        return max(1, math.ceil(world / n))
-    return world
+        to_nvml = torch.cuda._get_nvml_device_index
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - any failure means: no answer from NVML
+        return None
+    try:
+        return [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(to_nvml(i))).free)
+                for i in indices]
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def gib(n: float) -> str:
@@ -269,30 +269,39 @@ def gib(n: float) -> str:
 
 
 def check_fits(need_per_rank: int, ranks_on_host: int, free: int, what: str, sizes_that_fit=(),
-               overhead_per_rank: int = 0):
+               overhead_per_rank: int = 0, where: str = ""):
     """BenchError (one line) when ranks_on_host x (need_per_rank + overhead_per_rank) > free:
-    what needs how much, what is free, and the largest sizes that fit (`sizes_that_fit`, strings,
-    smallest first; the last three are named)."""
+    what needs how much, what is free (`where`: the memory, e.g. 'cuda:3, this rank's own GPU'),
+    and the largest sizes that fit (`sizes_that_fit`, strings, smallest first; the last three)."""
     per = need_per_rank + overhead_per_rank
-    total = per * max(ranks_on_host, 1)
+    ranks = max(ranks_on_host, 1)
+    total = per * ranks
     if total <= free:
         return
     fit = list(sizes_that_fit)
     hint = f"largest that fit: {', '.join(fit[-3:])}" if fit else "nothing in this sweep fits"
-    raise BenchError(f"{what} needs {gib(per)} per rank x {ranks_on_host} rank(s) = {gib(total)}, but only "
+    on = f" on {where}" if where else ""
+    if where and ranks == 1:
+        raise BenchError(f"{what} needs {gib(per)} per rank, but only {gib(free)} is free{on}; {hint}")
+    sharing = f" sharing {where}" if where else ""
+    raise BenchError(f"{what} needs {gib(per)} per rank x {ranks} rank(s){sharing} = {gib(total)}, but only "
                      f"{gib(free)} is free; {hint}")
 
 
 def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = None,
-                ranks_on_host: int | None = None, overhead_per_rank: int | None = None):
-    """Refuse a launch whose largest case cannot fit in free memory (host for CPU ranks, one GPU
-    for CUDA ranks), naming the largest sizes (collectives, allreduce) or batches (strategies,
-    pipeline) that fit. `free`, `ranks_on_host`, `overhead_per_rank` default to this machine's."""
+                ranks_on_host: int | None = None, overhead_per_rank: int | None = None, where: str = ""):
+    """Refuse a launch whose largest case cannot fit in free memory, naming the largest sizes
+    (collectives, allreduce) or batches (strategies, pipeline) that fit.
 
+    The memory is the host's for CPU ranks, shared by the `ranks_on_host` ranks on it (default:
+    the whole world, a self-launch). For a CUDA rank it is its own device's (`device` = cuda:N,
+    already made current by the caller; free defaults to its mem_get_info) and `ranks_on_host` is
+    the ranks on that one GPU: 1, unless the launcher really puts several on it
+    (bench.distributed.env.gpu_layout). `overhead_per_rank` defaults to RANK_OVERHEAD_BYTES."""
 
     dtype = torch.device(device).type
     free = free_memory_bytes(device) if free is None else free
-    ranks = ranks_per_memory(world, device) if ranks_on_host is None else ranks_on_host
+    ranks = (world if dtype == "cpu" else 1) if ranks_on_host is None else ranks_on_host
     over = RANK_OVERHEAD_BYTES.get(dtype, RANK_OVERHEAD_BYTES["cpu"]) if overhead_per_rank is None else overhead_per_rank
     budget = free / max(ranks, 1) - over
 
@@ -301,7 +310,7 @@ def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = Non
         need, label = est(cfg, world)
         sizes = sorted(set(cfg.size_list()))
         fit = [f"{format_size(s)}B" for s in sizes if est(cfg, world, [s])[0] <= budget]
-        check_fits(need, ranks, free, f"the largest case ({label})", fit, over)
+        check_fits(need, ranks, free, f"the largest case ({label})", fit, over, where)
     elif kind in ("strategies", "pipeline"):
         expand = expand_strategies if kind == "strategies" else expand_pipeline
         cases = [c for c in expand(cfg)[0] if c.world == world]
@@ -314,7 +323,7 @@ def check_sweep(kind: str, cfg, world: int, device="cpu", free: int | None = Non
             b //= 2
             if b and training_bytes_per_rank([_with_batch(c, b) for c in cases], bool(cfg.check))[0] <= budget:
                 fit = [f"batch {b}"]
-        check_fits(need, ranks, free, f"the largest case ({label})", fit, over)
+        check_fits(need, ranks, free, f"the largest case ({label})", fit, over, where)
 
 
 def _with_batch(case, batch: int):

@@ -284,3 +284,60 @@ def test_cli_run_on_a_tiny_suite(tmp_path):
     assert meta["launches"]["2"]["threads_per_rank"] == 1 and "first_collective_s" in meta["launches"]["2"]
     assert "git_sha" in meta
     assert meta["command_line"].startswith(f"python -m bench collectives --suite {suite} "), meta["command_line"]
+
+
+# ---- the check runs in bounded chunks (issue 17 item 10) -----------------------------------------
+
+class _LargestNewTensor:
+    """Bytes of the largest storage any torch op allocates inside the block (a view shares its
+    input's storage and is not counted)."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                inputs = {a.untyped_storage().data_ptr() for a in [*args, *(kwargs or {}).values()]
+                          if isinstance(a, torch.Tensor)}
+                for t in (out if isinstance(out, (list, tuple)) else [out]):
+                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                        outer.largest = max(outer.largest, t.untyped_storage().nbytes())
+                return out
+
+        self.largest, self.mode = 0, Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+@pytest.mark.parametrize("op,dtype", [("avg", torch.float32), ("avg", torch.bfloat16), ("sum", torch.int32)])
+def test_the_check_never_copies_the_whole_buffer(monkeypatch, op, dtype):
+    """Was: the avg check made float64 copies of the whole buffer (16 GiB more for an 8 GiB
+    all_reduce) and every check a whole-buffer mask; now each temporary holds one chunk."""
+    from bench.collectives import base
+
+    monkeypatch.setattr(base, "CHECK_CHUNK_NUMEL", 1000, raising=False)
+    n, count = 3, 10_000
+    c = Ctx(rank=0, world=n, count=count, dtype=dtype, device=torch.device("cpu"), op=op)
+    want = reduce_expected(arange(0, count, c.device), c)
+    got = want.clone()
+    got[[5, 1500, 9999]] += 64
+    with _LargestNewTensor() as seen:
+        wrong = wrong_elements(got, want, op, dtype, n)
+    assert wrong == 3
+    assert seen.largest <= 1000 * 8, f"a temporary of {seen.largest} B (a chunk is at most 8000 B)"
+
+
+def test_the_check_walks_lists_of_pieces_without_joining_them():
+    """A list output (all_gather, all_to_all, gather) is compared piece by piece against the
+    expected pieces, also when the two are cut at different places."""
+    want = torch.arange(100, dtype=torch.int64)
+    got = [want[:30].clone(), want[30:31].clone(), want[31:].clone()]
+    got[2][10] = -1
+    assert wrong_elements(got, list(want.split(7)), "sum", torch.int64, 2) == 1
+    assert wrong_elements(got, want, "sum", torch.int64, 2) == 1

@@ -22,7 +22,7 @@ def test_first_host_of_slurm_nodelist(nodelist, host):
 
 
 def test_slurm_env_maps_to_torchrun_names():
-    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+    env = {"SLURM_STEP_ID": "0", "SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
            "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "4(x2)", "SLURM_JOB_NODELIST": "gpu[10-11]"}
     assert under_slurm(env) and not under_torchrun(env)
     got = slurm_to_torch_env(env)
@@ -88,7 +88,7 @@ def test_slurm_tasks_per_node_formats(spec, counts):
 
 def test_slurm_two_nodes_of_eight(eight_gpus):
     for node, procid in ((0, 7), (1, 15)):
-        env = {"SLURM_PROCID": str(procid), "SLURM_NTASKS": "16", "SLURM_LOCALID": str(procid % 8),
+        env = {"SLURM_STEP_ID": "0", "SLURM_PROCID": str(procid), "SLURM_NTASKS": "16", "SLURM_LOCALID": str(procid % 8),
                "SLURM_NODEID": str(node), "SLURM_TASKS_PER_NODE": "8(x2)", "SLURM_JOB_NODELIST": "gpu[01-02]"}
         assert launcher(env) == "slurm" and launcher_world(env) == 16 and ranks_per_node(env) == 8
         assert resolve_worlds(None, (2,), env) == (16,)
@@ -96,11 +96,14 @@ def test_slurm_two_nodes_of_eight(eight_gpus):
 
 
 def test_slurm_uneven_tasks_per_node_takes_this_nodes_count():
-    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+    env = {"SLURM_STEP_ID": "3", "SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
            "SLURM_TASKS_PER_NODE": "4,2", "SLURM_JOB_NODELIST": "n[1-2]"}
     assert ranks_per_node(env) == 2
-    with pytest.raises(BenchError, match="LOCAL_RANK 1 .*has 1 GPU"):
-        check_world(6, "nccl", env, gpus=1)
+    check_world(6, "nccl", env, gpus=2)
+    first = {**env, "SLURM_PROCID": "3", "SLURM_LOCALID": "3", "SLURM_NODEID": "0"}
+    assert ranks_per_node(first) == 4
+    with pytest.raises(BenchError, match="LOCAL_RANK 3 .*has 2 GPU"):
+        check_world(6, "nccl", first, gpus=2)
 
 
 def test_launcher_world_refuses_a_different_nproc():

@@ -14,6 +14,9 @@ class AllReduce(Collective):
     def bus_factor(self, n):
         return 2 * (n - 1) / n
 
+    def buff_numel(self, count, world):
+        return count, count  # nccl-tests src/all_reduce.cu:34 AllReduceGetCollByteCount
+
     def setup(self, c):
         buf = reduce_range(c.rank, 0, c.count, c)
         return Bufs(inputs=buf, outputs=buf)

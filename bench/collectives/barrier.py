@@ -13,6 +13,9 @@ class Barrier(Collective):
     def bus_factor(self, n):
         return 0.0
 
+    def buff_numel(self, count, world):
+        return 0, 0
+
     def setup(self, c):
         return Bufs()
 

@@ -65,23 +65,45 @@ class Collective:
         """busbw = algbw * bus_factor(n) (nccl-tests doc/PERFORMANCE.md)."""
         raise NotImplementedError
 
+    def buff_numel(self, count: int, world: int) -> tuple[int, int]:
+        """(send, recv) elements that setup() allocates on the rank that holds the most (the root of
+        a rooted collective) for a total-array `count`: nccl-tests' getBuffSize / GetCollByteCount
+        (src/<collective>.cu), what the harness sums for memory (case_numel)."""
+        raise NotImplementedError
+
     def setup(self, c: Ctx) -> Bufs:
         raise NotImplementedError
 
     def call(self, c: Ctx, b: Bufs, async_op: bool = False):
         raise NotImplementedError
 
-    def result(self, c: Ctx, b: Bufs) -> torch.Tensor | None:
-        """The tensor to check on this rank (flattened), or None where the rank has no output."""
+    def result(self, c: Ctx, b: Bufs) -> torch.Tensor | list | None:
+        """What to check on this rank: a tensor, or a list of tensors in order (a list output is
+        not joined: the check walks its pieces), or None where the rank has no output."""
         raise NotImplementedError
 
-    def expected(self, c: Ctx) -> torch.Tensor | None:
+    def expected(self, c: Ctx) -> torch.Tensor | list | None:
+        """The exact result on this rank, a tensor or a list of pieces in order (cut anywhere)."""
         raise NotImplementedError
 
 
 def register(cls):
     REGISTRY.register(cls())
     return cls
+
+
+def case_numel(coll: Collective, count: int, world: int, inplace: bool, check: bool) -> int:
+    """Elements of the case's dtype one rank holds at its peak (the most loaded rank), as
+    nccl-tests allocates sendbuff, recvbuff and, when checking, expected (nccl-tests a0b82b2,
+    src/common.cu:1104 AllocateBuffs, sized by getBuffSize at src/common.cu:1563): send + recv buffers (one buffer in-place: the send
+    buffer lies inside the receive buffer, nccl-tests' sendInplaceOffset), and while checked a
+    fresh set of them plus the expected result (recv elements; the timed buffers are freed
+    first: bench.collectives.kind.measure). The compare itself adds CHECK_SCRATCH_BYTES."""
+    if not coll.sized:
+        return 0
+    send, recv = coll.buff_numel(count, world)
+    held = max(send, recv) if inplace else send + recv
+    return held + (recv if check else 0)
 
 
 # ---- exact input patterns -------------------------------------------------------------
@@ -170,9 +192,10 @@ def expected_range(start: int, n: int, c: Ctx) -> torch.Tensor:
     return _tiled(lambda i: reduce_expected(i, c), start, n, _reduce_period(c), c.device)
 
 
-def gathered_values(c: Ctx) -> torch.Tensor:
-    """The full array that an all_gather of per-rank shards yields: element i from rank i // shard."""
-    return torch.cat([move_range(k, k * c.shard, c.shard, c.dtype, c.device) for k in range(c.world)])
+def gathered_values(c: Ctx) -> list[torch.Tensor]:
+    """The full array that an all_gather of per-rank shards yields, as its w pieces (not joined:
+    joining would hold the pieces and the whole array at once): element i from rank i // shard."""
+    return [move_range(k, k * c.shard, c.shard, c.dtype, c.device) for k in range(c.world)]
 
 
 def empty(c: Ctx, n: int) -> torch.Tensor:
@@ -206,13 +229,53 @@ def avg_ulp_bound(world: int) -> int:
     return world + 2
 
 
-def wrong_elements(got: torch.Tensor, want: torch.Tensor, op: str | None, dtype: torch.dtype, world: int) -> int:
-    """Elements of `got` that are wrong. Exact comparison, except `avg` on a floating dtype,
-    which is compared within avg_ulp_bound(world) ulps (see there); NaN is always wrong."""
-    g, w = got.reshape(-1), want.reshape(-1)
-    if op == "avg" and dtype.is_floating_point and dtype in _MANTISSA_BITS:
-        g64, w64 = g.to(torch.float64), w.to(torch.float64)
-        tol = avg_ulp_bound(world) * ulp(w64, dtype)
-        ok = (g64 - w64).abs() <= tol
-        return int((~ok).sum().item())
-    return int((g != w).sum().item())
+# The check compares in chunks of this many elements, so that its temporaries stay bounded
+# whatever the message size (an 8 GiB float32 avg compared at once would add 16 GiB of float64
+# copies, and every check a whole-buffer mask). Per element of a chunk, the avg compare holds at
+# most ~12 float64-sized temporaries at once (got and want in float64, |want|, its frexp parts,
+# the ulp, the tolerance, the difference, the masks): CHECK_SCRATCH_BYTES, counted by preflight.
+CHECK_CHUNK_NUMEL = 1 << 21
+CHECK_SCRATCH_BYTES = CHECK_CHUNK_NUMEL * 12 * 8
+
+
+def _pieces(x) -> list[torch.Tensor]:
+    return [t.reshape(-1) for t in (x if isinstance(x, (list, tuple)) else [x])]
+
+
+def _aligned_chunks(got: list, want: list, n: int):
+    """Pairs of equally long 1-D views of `got` and `want` (lists of pieces, cut anywhere), at most
+    n elements each, in order; ValueError when the totals differ."""
+    total_g, total_w = sum(t.numel() for t in got), sum(t.numel() for t in want)
+    if total_g != total_w:
+        raise ValueError(f"the result has {total_g} elements, the expected result {total_w}")
+    gi, wi = iter(got), iter(want)
+    g = w = got[0][:0] if got else None
+    while True:
+        while g is not None and g.numel() == 0:
+            g = next(gi, None)
+        while w is not None and w.numel() == 0:
+            w = next(wi, None)
+        if g is None or w is None:
+            return
+        k = min(g.numel(), w.numel(), n)
+        yield g[:k], w[:k]
+        g, w = g[k:], w[k:]
+
+
+def wrong_elements(got, want, op: str | None, dtype: torch.dtype, world: int) -> int:
+    """Elements of `got` that are wrong (`got`, `want`: tensors or lists of pieces in order).
+    Exact comparison, except `avg` on a floating dtype, which is compared within
+    avg_ulp_bound(world) ulps (see there); NaN is always wrong. Compared CHECK_CHUNK_NUMEL
+    elements at a time (no copy of the whole buffer), the count summed on the device and read
+    once."""
+    approx = op == "avg" and dtype.is_floating_point and dtype in _MANTISSA_BITS
+    wrong = None
+    for g, w in _aligned_chunks(_pieces(got), _pieces(want), CHECK_CHUNK_NUMEL):
+        if approx:
+            w64 = w.to(torch.float64)
+            bad = ~((g.to(torch.float64) - w64).abs() <= avg_ulp_bound(world) * ulp(w64, dtype))
+        else:
+            bad = g != w
+        n = bad.sum()
+        wrong = n if wrong is None else wrong + n
+    return int(wrong.item()) if wrong is not None else 0

@@ -1,6 +1,5 @@
 """gather: every rank's shard to root, concatenated in rank order. busbw factor (n-1)/n."""
 
-import torch
 import torch.distributed as dist
 
 from bench.collectives.base import Bufs, Collective, empty, gathered_values, move_range, register
@@ -15,6 +14,9 @@ class Gather(Collective):
     def bus_factor(self, n):
         return (n - 1) / n
 
+    def buff_numel(self, count, world):
+        return count // world, count  # nccl-tests src/gather.cu:10 GatherGetCollByteCount (recv: the root's)
+
     def setup(self, c):
         mine = move_range(c.rank, c.rank * c.shard, c.shard, c.dtype, c.device)
         outs = [empty(c, c.shard) for _ in range(c.world)] if c.rank == c.root else None
@@ -24,7 +26,7 @@ class Gather(Collective):
         return dist.gather(b.inputs, b.outputs, dst=c.root, group=c.group, async_op=async_op)
 
     def result(self, c, b):
-        return torch.cat(b.outputs) if c.rank == c.root else None
+        return b.outputs if c.rank == c.root else None  # pieces in rank order, not joined
 
     def expected(self, c):
         return gathered_values(c) if c.rank == c.root else None

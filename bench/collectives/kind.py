@@ -119,7 +119,8 @@ def check(coll, ctx: Ctx, times: int) -> int:
         sync(ctx.device)
         got, want = coll.result(ctx, b), coll.expected(ctx)
         if want is not None:
-            wrong += wrong_elements(got.reshape(-1), want.reshape(-1), ctx.op, ctx.dtype, ctx.world)
+            wrong += wrong_elements(got, want, ctx.op, ctx.dtype, ctx.world)  # in bounded chunks
+        del b, got, want  # before the next setup(): one set of buffers + expected at a time (preflight)
     return wrong
 
 

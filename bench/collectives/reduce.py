@@ -15,6 +15,9 @@ class Reduce(Collective):
     def bus_factor(self, n):
         return 1.0
 
+    def buff_numel(self, count, world):
+        return count, count  # nccl-tests src/reduce.cu:10 ReduceGetCollByteCount
+
     def setup(self, c):
         buf = reduce_range(c.rank, 0, c.count, c)
         return Bufs(inputs=buf, outputs=buf)

@@ -14,6 +14,9 @@ class _ReduceScatterBase(Collective):
     def bus_factor(self, n):
         return (n - 1) / n
 
+    def buff_numel(self, count, world):
+        return count, count // world  # nccl-tests src/reduce_scatter.cu:10 ReduceScatterGetCollByteCount
+
     def result(self, c, b):
         return b.outputs
 

@@ -14,6 +14,9 @@ class Scatter(Collective):
     def bus_factor(self, n):
         return (n - 1) / n
 
+    def buff_numel(self, count, world):
+        return count, count // world  # nccl-tests src/scatter.cu:10 ScatterGetCollByteCount (send: the root's)
+
     def _shard_values(self, c, k):
         # root's shard for rank k carries k's identity, so a shard sent to the wrong rank is caught
         return move_range(k, k * c.shard, c.shard, c.dtype, c.device)

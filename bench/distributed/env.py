@@ -45,10 +45,34 @@ def under_mpi(env=os.environ) -> bool:
     return "RANK" not in env and _mpi_size(env) > 1
 
 
+# Slurm's job step ids above this one are its special steps (batch script, extern, interactive):
+# slurm/slurm.h SLURM_MAX_NORMAL_STEP_ID (0xfffffff0), SLURM_BATCH_SCRIPT (0xfffffffb) ...
+SLURM_MAX_NORMAL_STEP_ID = 0xFFFFFFF0
+
+
+def slurm_step_id(env=os.environ) -> int | None:
+    """The job step this process is a task of, or None outside a step. srun sets SLURM_STEP_ID
+    (and the old SLURM_STEPID) in every task of the step it starts (Slurm src/common/env.c,
+    env_array_for_step); the batch script's shell has SLURM_PROCID=0 and the job's SLURM_NTASKS
+    but is no task of a step (env_array_for_batch_job sets no step id)."""
+    for k in ("SLURM_STEP_ID", "SLURM_STEPID"):
+        v = str(env.get(k, "")).strip()
+        if v.isdigit() and int(v) <= SLURM_MAX_NORMAL_STEP_ID:
+            return int(v)
+    return None
+
+
+def slurm_step_tasks(env) -> int:
+    """Tasks of this step: SLURM_STEP_NUM_TASKS (srun always sets it), else SLURM_NTASKS (which
+    srun --preserve-env leaves at the job's value)."""
+    return int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+
+
 def under_slurm(env=os.environ) -> bool:
-    """Inside an srun step with more than one task (a plain sbatch shell is not a rank)."""
-    return ("SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1 and "RANK" not in env
-            and not under_mpi(env))
+    """A task of an srun job step with more than one task. The batch script's own shell (no job
+    step) is not a rank: run there, distbench launches its ranks itself on that node."""
+    return ("SLURM_PROCID" in env and slurm_step_id(env) is not None and slurm_step_tasks(env) > 1
+            and "RANK" not in env and not under_mpi(env))
 
 
 def launcher(env=os.environ) -> str | None:
@@ -98,14 +122,14 @@ def slurm_tasks_on_node(env) -> int:
         if v:
             counts = expand_tasks_per_node(v)
             return counts[node] if node < len(counts) else counts[-1]
-    ntasks = int(env.get("SLURM_NTASKS", "1"))
+    ntasks = slurm_step_tasks(env)
     nnodes = int(env.get("SLURM_STEP_NUM_NODES", env.get("SLURM_JOB_NUM_NODES", env.get("SLURM_NNODES", "1"))))
     return max(1, -(-ntasks // max(nnodes, 1)))
 
 
 def slurm_to_torch_env(env) -> dict:
     """The torchrun-style variables for this Slurm task."""
-    ntasks = int(env["SLURM_NTASKS"])
+    ntasks = slurm_step_tasks(env)
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") \
         or "localhost"
     return {
@@ -240,12 +264,43 @@ def resolve_backend(requested: str, env_has_cuda: bool | None = None) -> str:
     return requested
 
 
+def multi_rank_gpu(env=os.environ) -> bool:
+    """NCCL_MULTI_RANK_GPU_ENABLE=1: NCCL lets several ranks of a node share one GPU; by default
+    it refuses them at communicator init ("Multiple Ranks are using the same GPU/Partition": NCCL
+    src/init.cc:1055, the peerInfo gpuUuid check; NCCL_PARAM(MultiRankGpuEnable, ..., 0) at
+    src/init.cc:68; NVIDIA/nccl commit 5067397)."""
+    return str(env.get("NCCL_MULTI_RANK_GPU_ENABLE", "0")).strip() == "1"
+
+
+def gpu_layout(env=os.environ, gpus: int | None = None, world: int | None = None) -> tuple[int, int]:
+    """(CUDA device index of this rank, ranks of this node on that device), for nccl.
+
+    - a Slurm task or MPI process that sees exactly one GPU uses it (`srun --gpus-per-task=1`,
+      or a wrapper that sets CUDA_VISIBLE_DEVICES per local rank): cuda:0, its own;
+    - otherwise cuda:LOCAL_RANK: every local rank sees the same GPUs (torchrun, elastic_launch);
+    - with NCCL_MULTI_RANK_GPU_ENABLE=1 the local ranks go round the visible GPUs
+      (cuda:LOCAL_RANK % GPUs), ceil(local ranks / GPUs) of them on one: the only case in which
+      ranks really share a GPU (check_world refuses it otherwise).
+    Device-less CUDA queries only (device_count): no context is created on any GPU."""
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    t = torch_env(env) or {}
+    local_rank = int(t.get("LOCAL_RANK", env.get("LOCAL_RANK", 0)))
+    local_world = int(t.get("LOCAL_WORLD_SIZE", env.get("LOCAL_WORLD_SIZE", world or 1)))
+    if gpus == 1:  # whatever the launcher: the one GPU this process sees (check_world refused the rest)
+        own = launcher(env) in ("slurm", "mpi") or not multi_rank_gpu(env)
+        return 0, 1 if own else local_world
+    if multi_rank_gpu(env) and gpus > 1:
+        return local_rank % gpus, -(-local_world // gpus)
+    return local_rank, 1
+
+
 def check_world(world: int, backend: str, env=os.environ, nnodes=None, gpus: int | None = None):
     """Can `world` ranks run here with `backend`? One GPU per rank with nccl.
 
     Self-launch starts every rank on this node: world <= GPUs. Under torchrun / srun / mpirun
     the GPUs per node are what matters: this node's ranks (LOCAL_WORLD_SIZE, the MPI local size
-    or Slurm's tasks per node) must fit, and this rank's LOCAL_RANK must name one of them.
+    or Slurm's tasks per node) must fit, and this rank's LOCAL_RANK must name one of them; a
+    Slurm task or MPI process that sees exactly one GPU uses that one (gpu_layout).
     `nnodes` is accepted for old callers and ignored (nothing sets NNODES).
     """
     if world < 1:
@@ -260,16 +315,35 @@ def check_world(world: int, backend: str, env=os.environ, nnodes=None, gpus: int
                              f"rank here), and this node has {gpus}; allowed: 1..{gpus}, or start ranks on several "
                              "nodes with torchrun, srun or mpirun")
         return
+    if gpus < 1:
+        raise BenchError(f"rank {t.get('RANK', '?')} sees no GPU, and nccl needs one per rank; check "
+                         "CUDA_VISIBLE_DEVICES and the launcher's GPU binding (e.g. srun --gpus-per-task=1)")
+    if gpus == 1 and launcher(env) in ("slurm", "mpi"):
+        return  # the launcher bound one GPU to this task (gpu_layout)
+    if multi_rank_gpu(env):
+        return  # the local ranks share the GPUs, as NCCL was told to allow
     local_world = int(t.get("LOCAL_WORLD_SIZE", world))
     local_rank = int(t.get("LOCAL_RANK", 0))
     node = t.get("GROUP_RANK", "?")
+    share = " (or set NCCL_MULTI_RANK_GPU_ENABLE=1 to let ranks share a GPU)"
     if local_rank >= gpus:
         raise BenchError(f"LOCAL_RANK {local_rank} (rank {t.get('RANK', '?')} of {world}, node {node}) needs GPU "
                          f"cuda:{local_rank} with nccl, and this node has {gpus} GPU(s) (cuda:0..{gpus - 1}); "
-                         f"start at most {gpus} ranks per node (this node runs {local_world})")
+                         f"start at most {gpus} ranks per node (this node runs {local_world}){share}")
     if local_world > gpus:
         raise BenchError(f"{local_world} ranks per node with nccl (LOCAL_WORLD_SIZE, world {world}), and this node "
-                         f"has {gpus} GPU(s); start at most {gpus} ranks per node")
+                         f"has {gpus} GPU(s); start at most {gpus} ranks per node{share}")
+
+
+def select_device(backend: str, env=os.environ) -> torch.device:
+    """This rank's device, made current: with nccl torch.cuda.set_device(cuda:N) (gpu_layout) is
+    the first call that touches a GPU, so NCCL, the caching allocator and mem_get_info() all
+    work on this rank's own device and no context is created on another; cpu for gloo."""
+    if backend != "nccl":
+        return torch.device("cpu")
+    device = torch.device("cuda", gpu_layout(env)[0])
+    torch.cuda.set_device(device)
+    return device
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,11 +381,8 @@ def init_rank(backend: str, timeout_s: float) -> RankInfo:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     node_rank = int(os.environ.get("GROUP_RANK", os.environ.get("SLURM_NODEID", "0")))
-    if backend == "nccl":
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)  # before init, so NCCL binds the right GPU
-    else:
-        device = torch.device("cpu")
+    device = select_device(backend)  # before init, so NCCL binds the right GPU
+    if backend != "nccl":
         # elastic_launch does not set OMP_NUM_THREADS (torchrun does): one thread per rank,
         # so that ranks do not fight over the cores.
         threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
