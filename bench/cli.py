@@ -117,7 +117,7 @@ def preflight_checks(kind: Kind, cfg, backend: str, plan):
                 print(f"distbench: warning: {warning}", file=sys.stderr)
     if backend != "nccl":
         for lp in plan.launches:
-            preflight.check_sweep(kind.name, lp.config, lp.world, "cpu", ranks_on_host=local or lp.world,
+            preflight.check_sweep(kind, lp.config, lp.world, "cpu", ranks_on_host=local or lp.world,
                                   where="this host's memory" if (local or lp.world) > 1 else "")
         return
     if launched_externally():
@@ -126,7 +126,7 @@ def preflight_checks(kind: Kind, cfg, backend: str, plan):
         where = f"{device} (this rank's own GPU)" if sharing == 1 else \
             f"{device} (the launcher puts {sharing} ranks on this GPU: NCCL_MULTI_RANK_GPU_ENABLE=1)"
         for lp in plan.launches:
-            preflight.check_sweep(kind.name, lp.config, lp.world, device, ranks_on_host=sharing, where=where)
+            preflight.check_sweep(kind, lp.config, lp.world, device, ranks_on_host=sharing, where=where)
         return
     for lp in plan.launches:
         free = preflight.nvml_free_bytes(range(lp.world))
@@ -135,7 +135,7 @@ def preflight_checks(kind: Kind, cfg, backend: str, plan):
                   "a case too large for a GPU fails with CUDA out of memory", file=sys.stderr)
             return
         i = min(range(lp.world), key=lambda k: free[k])
-        preflight.check_sweep(kind.name, lp.config, lp.world, torch.device("cuda", i), free=free[i], ranks_on_host=1,
+        preflight.check_sweep(kind, lp.config, lp.world, torch.device("cuda", i), free=free[i], ranks_on_host=1,
                               where=f"cuda:{i} (one GPU per rank, the one with the least free memory)")
 
 

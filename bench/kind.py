@@ -78,6 +78,19 @@ class Reading:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Memory:
+    """What a launch of this kind needs per rank, built from what each unit says of itself (a
+    collective its buffers, like nccl-tests' getBuffSize; an algorithm its scratch; a strategy its
+    parameters, gradients, optimizer state and activations). Preflight compares it with what is
+    free and knows no unit by name."""
+
+    need: Callable[[Any, int], tuple[int, str]]  # (cfg, world) -> (bytes per rank of the largest
+    # case, which case it is); 0 when no case runs at this world
+    fits: Callable[[Any, int, float], list[str]]  # (cfg, world, budget bytes) -> what of this sweep
+    # would fit (e.g. the sizes, a smaller batch), for the refusal's hint
+
+
+@dataclass(frozen=True, kw_only=True)
 class Report:
     """What a person sees of this kind: its report section and its terminal output."""
 
@@ -117,6 +130,7 @@ class Kind:
     units: Callable[[Any, int, dict], tuple[list, list[str]]]  # (cfg, world, run meta) -> (units, notes); pure;
     # each unit has a stable `key` (str) and a `label` (what a person calls it)
     measure: Callable[[Any, Any], dict]  # (unit, launch) -> {table: rows}, on every rank (rows on rank 0)
+    memory: Memory  # what a launch needs per rank (preflight)
     read: Reading  # how stored rows are read (results/)
     report: Report  # what a person sees (report/)
     worlds: Callable[[Any], tuple[int, ...]] = lambda cfg: tuple(cfg.world)  # self-launch world sizes
@@ -127,8 +141,6 @@ class Kind:
     finish: Callable[[Any, Any], None] | None = None  # (run_dir, cfg) after every launch (e.g. a model fit)
     acceptance: Callable[[Any, Any], list[str]] | None = None  # (loaded run, cfg) -> failures: exit 1
     # (e.g. collectives' --min-busbw, nccl-tests' NCCL_TESTS_MIN_BW)
-    memory: Callable[[Any, Any, int], int] | None = None  # (cfg, unit, world) -> bytes one rank needs for
-    # the unit (buffers, scratch, parameters ...; like nccl-tests' getBuffSize); preflight sums nothing else
     estimate_s: Callable[[Any, Any], float | None] = lambda cfg, unit: None  # a unit's expected seconds
     # (for --dry-run and the derived wall-clock limit); None: cannot tell before measuring
 

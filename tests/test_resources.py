@@ -11,11 +11,22 @@ from bench.collectives import REGISTRY, Ctx
 from bench.collectives.config import CollectivesConfig
 from bench.errors import BenchError
 from bench import preflight as R
+from bench.allreduce import REGISTRY as ALGORITHMS, memory as AM
+from bench.allreduce.base import Algorithm
+from bench.collectives import memory as CM
+from bench.kind import KINDS
+from bench.strategies import REGISTRY as STRATEGIES, footprint as FP
 from bench.pipeline.config import PipelineConfig
 from bench.strategies.config import StrategiesConfig
 from bench.workloads.models import PRESETS, build_model
 
 GiB = 1024**3
+
+
+def strategy_bytes(spec, strategy: str, batch: int, world: int, check: bool = True) -> float:
+    """A strategy's own memory answer for one case, plus the reference check (as preflight sums)."""
+    f = FP.Footprint(spec, batch, world)
+    return STRATEGIES.get(strategy).memory(f) + (f.check_bytes() if check else 0)
 
 
 def _tensors(x):
@@ -47,72 +58,72 @@ def test_collective_estimate_covers_the_real_buffers(name, world):
             b = coll.setup(c)
             held = _bytes(b.inputs, b.outputs)
             actual = _bytes(b.inputs, b.outputs, coll.result(c, b), coll.expected(c))
-            est = R.collective_case_bytes(name, count * 4, 4, world, check=1)
+            est = CM.collective_case_bytes(name, count * 4, 4, world, check=1)
             assert actual <= est * 1.01, (name, rank, actual, est)  # storages round up to a pattern period
-            assert R.collective_case_bytes(name, count * 4, 4, world, check=0) * 1.01 >= held
+            assert CM.collective_case_bytes(name, count * 4, 4, world, check=0) * 1.01 >= held
 
 
 def test_collectives_largest_case_names_collective_and_size():
     cfg = CollectivesConfig(collectives=("all_reduce", "all_to_all"), sizes=("1M", "64M"), dtypes=("float32",))
-    need, label = R.collectives_bytes_per_rank(cfg, 2)
-    assert need == R.collective_case_bytes("all_to_all", 64 * 2**20, 4, 2, 1)
+    need, label = CM.collectives_bytes_per_rank(cfg, 2)
+    assert need == CM.collective_case_bytes("all_to_all", 64 * 2**20, 4, 2, 1)
     assert "all_to_all" in label and "64M" in label
 
 
 def test_sweep_that_cannot_fit_is_refused_naming_sizes_that_fit():
     cfg = CollectivesConfig(collectives=("all_reduce",), min_bytes="1M", max_bytes="8G", world=(2,))
     with pytest.raises(BenchError) as e:
-        R.check_sweep("collectives", cfg, 2, free=4 * GiB, ranks_on_host=2, overhead_per_rank=0)
+        R.check_sweep(KINDS.get("collectives"), cfg, 2, free=4 * GiB, ranks_on_host=2, overhead_per_rank=0)
     msg = str(e.value)
     assert "\n" not in msg and "all_reduce" in msg and "8G" in msg and "4.00 GiB" in msg
     # 2 ranks x (2 S + S/4) <= 4 GiB  ->  S <= 0.888 GiB: 512M is the largest power of two
     assert "largest that fit: 128MB, 256MB, 512MB" in msg
-    R.check_sweep("collectives", CollectivesConfig(collectives=("all_reduce",), max_bytes="512M"), 2,
+    R.check_sweep(KINDS.get("collectives"), CollectivesConfig(collectives=("all_reduce",), max_bytes="512M"), 2,
                   free=4 * GiB, ranks_on_host=2, overhead_per_rank=0)  # fits: no error
 
 
 def test_nothing_fits_says_so():
     cfg = CollectivesConfig(collectives=("all_gather",), sizes=("1G",))
     with pytest.raises(BenchError, match="nothing in this sweep fits"):
-        R.check_sweep("collectives", cfg, 2, free=1 * GiB, ranks_on_host=2, overhead_per_rank=0)
+        R.check_sweep(KINDS.get("collectives"), cfg, 2, free=1 * GiB, ranks_on_host=2, overhead_per_rank=0)
 
 
 def test_allreduce_estimate_counts_star_scratch_and_pattern():
     cfg = AllreduceConfig(algorithms=("star",), sizes=("64M",), world=(4,))
-    need, _ = R.allreduce_bytes_per_rank(cfg, 4)
+    need, _ = AM.allreduce_bytes_per_rank(cfg, 4)
     s = 64 * 2**20
     assert need >= 2 * s + s + 3 * s  # inputs, expected, working copy, star's (world-1) S scratch
     native = AllreduceConfig(algorithms=("native",), sizes=("64M",), world=(4,))
-    assert R.allreduce_bytes_per_rank(native, 4)[0] == 2 * s + 40 * (s // 4)  # building the pattern dominates
+    assert AM.allreduce_bytes_per_rank(native, 4)[0] == 2 * s + 40 * (s // 4)  # building the pattern dominates
     with pytest.raises(BenchError, match="allreduce"):
-        R.check_sweep("allreduce", cfg, 4, free=1 * GiB, ranks_on_host=4, overhead_per_rank=0)
+        R.check_sweep(KINDS.get("allreduce"), cfg, 4, free=1 * GiB, ranks_on_host=4, overhead_per_rank=0)
 
 
 @pytest.mark.parametrize("preset", ["mlp-tiny", "mlp-small", "gpt-tiny", "gpt-small"])
 def test_model_params_closed_form(preset):
     spec = PRESETS[preset]
-    assert R.model_params(spec) == sum(p.numel() for p in build_model(spec, 0).parameters())
+    assert FP.model_params(spec) == sum(p.numel() for p in build_model(spec, 0).parameters())
 
 
 def test_strategy_estimates_order_and_refusal():
     spec = PRESETS["gpt-1b"]
-    ddp = R.strategy_bytes_per_rank(spec, "ddp", 8, 4, check=False)
-    fsdp = R.strategy_bytes_per_rank(spec, "fsdp", 8, 4, check=False)
-    dp = R.strategy_bytes_per_rank(spec, "dp", 8, 1, check=False)
-    assert fsdp < ddp and ddp > R.model_params(spec) * 8
-    assert dp > R.strategy_bytes_per_rank(spec, "pp", 8, 4, check=False)
-    assert R.strategy_bytes_per_rank(spec, "ddp", 8, 4, check=True) > ddp
-    assert R.OPTIMIZER == "sgd" and R.OPTIMIZER_STATE_BYTES["adam"] == 8
+    ddp = strategy_bytes(spec, "ddp", 8, 4, check=False)
+    fsdp = strategy_bytes(spec, "fsdp", 8, 4, check=False)
+    dp = strategy_bytes(spec, "dp", 8, 1, check=False)
+    assert fsdp < ddp and ddp > FP.model_params(spec) * 8
+    assert dp > strategy_bytes(spec, "pp", 8, 4, check=False)
+    assert strategy_bytes(spec, "ddp", 8, 4, check=True) > ddp
+    assert FP.OPTIMIZER == "sgd" and FP.OPTIMIZER_STATE_BYTES["adam"] == 8
     cfg = StrategiesConfig(strategies=("ddp",), models=("gpt-124m",), batch=64, world=(2,))
     with pytest.raises(BenchError) as e:
-        R.check_sweep("strategies", cfg, 2, free=16 * GiB, ranks_on_host=2, overhead_per_rank=0)
+        R.check_sweep(KINDS.get("strategies"), cfg, 2, free=16 * GiB, ranks_on_host=2, overhead_per_rank=0)
     assert "gpt-124m" in str(e.value) and "batch" in str(e.value)
     small = StrategiesConfig(strategies=("ddp",), models=("mlp-tiny",), world=(2,))
-    R.check_sweep("strategies", small, 2, free=16 * GiB, ranks_on_host=2)
+    R.check_sweep(KINDS.get("strategies"), small, 2, free=16 * GiB, ranks_on_host=2)
 
 
 def test_pipeline_check_sweep_fits_default():
-    R.check_sweep("pipeline", PipelineConfig(), 2, free=8 * GiB, ranks_on_host=2)
+    R.check_sweep(KINDS.get("pipeline"), PipelineConfig(), 2, free=8 * GiB, ranks_on_host=2)
 
 
 def test_check_fits_message():
@@ -192,8 +203,8 @@ def test_collective_needs_exactly_its_buffers_and_the_expected(name):
             b = coll.setup(c)
             most_timed = max(most_timed, _bytes(b.inputs, b.outputs))
             most_checked = max(most_checked, _bytes(b.inputs, b.outputs, coll.result(c, b), coll.expected(c)))
-        timed = R.collective_case_bytes(name, count * 4, 4, world, check=0, placement=place)
-        checked = R.collective_case_bytes(name, count * 4, 4, world, check=1, placement=place) - R.CHECK_SCRATCH_BYTES
+        timed = CM.collective_case_bytes(name, count * 4, 4, world, check=0, placement=place)
+        checked = CM.collective_case_bytes(name, count * 4, 4, world, check=1, placement=place) - CM.CHECK_SCRATCH_BYTES
         # exact up to the input pattern's period (bench.collectives.base._tiled rounds a buffer up to it)
         assert abs(most_timed - timed) <= 0.01 * timed, (name, place, most_timed, timed)
         assert abs(most_checked - checked) <= 0.01 * checked, (name, place, most_checked, checked)
@@ -201,6 +212,36 @@ def test_collective_needs_exactly_its_buffers_and_the_expected(name):
 
 def test_the_issues_all_to_all_needs_three_buffers_not_six():
     """all_to_all int8 at 8 GiB, world 16, checked: send 8 + recv 8 + expected 8 GiB (was 48.5 GiB)."""
-    need = R.collective_case_bytes("all_to_all", 8 * GiB, 1, 16, check=1)
-    assert need == 24 * GiB + R.CHECK_SCRATCH_BYTES
-    assert R.CHECK_SCRATCH_BYTES <= 256 * 2**20
+    need = CM.collective_case_bytes("all_to_all", 8 * GiB, 1, 16, check=1)
+    assert need == 24 * GiB + CM.CHECK_SCRATCH_BYTES
+    assert CM.CHECK_SCRATCH_BYTES <= 256 * 2**20
+
+
+# Issue 19: every unit says what it needs; nothing falls back to a default.
+
+@pytest.mark.parametrize("name", ALGORITHMS.names())
+def test_every_algorithm_says_its_scratch(name):
+    alg = ALGORITHMS.get(name)
+    assert type(alg).scratch_bytes is not Algorithm.scratch_bytes
+    assert alg.scratch_bytes(64 * 2**20, 4, 2**20) >= 0
+
+
+def test_an_algorithm_that_does_not_say_its_scratch_is_an_error():
+    with pytest.raises(NotImplementedError, match="scratch"):
+        Algorithm().scratch_bytes(1, 2, 1)
+
+
+@pytest.mark.parametrize("name", STRATEGIES.names())
+def test_every_strategy_says_its_memory(name):
+    f = FP.Footprint(PRESETS["mlp-small"], 8, 2)
+    assert STRATEGIES.get(name).memory(f) > 0
+
+
+@pytest.mark.parametrize("name", KINDS.names())
+def test_every_kind_answers_memory(name):
+    kind = KINDS.get(name)
+    cfg = kind.config()
+    world = kind.worlds(cfg)[0]
+    need, label = kind.memory.need(cfg, world)
+    assert need > 0 and label
+    assert isinstance(kind.memory.fits(cfg, world, float(need)), list)

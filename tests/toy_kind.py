@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.kind import KINDS, Kind, Metric, Reading, Report
+from bench.kind import KINDS, Kind, Memory, Metric, Reading, Report
 from bench.options import overrides
 from bench.report.plots.common import Section
 from bench.suite import RunConfig
@@ -48,8 +48,13 @@ def units(cfg: ToyConfig, world: int, meta: dict):
     return [Unit(parse_size(s)) for s in cfg.sizes], []
 
 
-def memory_bytes(cfg: ToyConfig, unit: Unit, world: int) -> int:
-    return unit.size  # one buffer of the unit's size per rank
+def need(cfg: ToyConfig, world: int) -> tuple[int, str]:
+    size = max(parse_size(s) for s in cfg.sizes)  # one buffer of the unit's size per rank
+    return size, f"add at {size} B"
+
+
+def fits(cfg: ToyConfig, world: int, budget: float) -> list[str]:
+    return [s for s in cfg.sizes if parse_size(s) <= budget]
 
 
 def measure(unit: Unit, launch) -> dict:
@@ -86,7 +91,7 @@ class Live:
 
 KIND = KINDS.register(Kind(
     module=__name__, name=NAME, help="a toy kind (tests only)", config=ToyConfig, tables=("results",),
-    add_options=add_options, options=options, units=units, measure=measure, memory=memory_bytes,
+    add_options=add_options, options=options, units=units, measure=measure, memory=Memory(need=need, fits=fits),
     read=Reading(metrics=(Metric("time_median_s", True, True),), group="case_id"),
     report=Report(title="Toy adds", section=section, summary=summary, live=Live),
 )) if NAME not in KINDS else KINDS.get(NAME)

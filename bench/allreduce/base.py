@@ -59,6 +59,11 @@ class Algorithm:
         """Reduce x (flat, contiguous) over all ranks, in place, result on every rank."""
         raise NotImplementedError
 
+    def scratch_bytes(self, size_bytes: int, world: int, chunk_bytes: int) -> int:
+        """Receive buffers this algorithm keeps (grow-only, across sizes: `scratch`) for a
+        size_bytes allreduce at this world and chunk: what preflight counts. Every algorithm says."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its scratch bytes")
+
     def scratch(self, like: torch.Tensor, numel: int, slot: int = 0) -> torch.Tensor:
         """A receive buffer of `numel` elements kept across calls (grow-only), so that timed
         calls do not pay for fresh pages: a real implementation keeps its buffers too."""

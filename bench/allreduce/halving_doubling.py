@@ -23,6 +23,9 @@ def pof2_below(n: int) -> int:
 @register
 class HalvingDoubling(Algorithm):
     name = "halving_doubling"
+
+    def scratch_bytes(self, size_bytes: int, world: int, chunk_bytes: int) -> int:
+        return size_bytes  # the first halving step receives S/2; the fold-in of extra ranks S
     model = "a = 2 log2 p' + 2[n != p'], b = 2(p'-1)/p' + 2[n != p'], p' = 2^floor(log2 n)"
 
     def cost(self, n):

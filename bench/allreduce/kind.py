@@ -25,6 +25,7 @@ from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
 from bench.allreduce import plots
+from bench.allreduce.memory import MEMORY
 from bench.collectives.reading import COMM_METRICS, narrow_sized
 from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report
 from bench.harness.rows import timed_tables
@@ -213,7 +214,7 @@ KIND = KINDS.register(Kind(
                            "with a fitted alpha-beta cost model", config=AllreduceConfig,
     tables=("results", "samples", "ranks", "telemetry", "model", "residuals", "crossover", "predictions", "nccl_tuning"),
     add_options=add_options, options=options, units=units, measure=measure, plan=plan, finish=finish,
-    estimate_s=estimate_s,
+    estimate_s=estimate_s, memory=MEMORY,
     read=Reading(keys=("algorithm", "variant"), metrics=COMM_METRICS, group="algorithm",
                  narrow=narrow_sized("-a", "algorithm"), aliases=("algorithm", "algorithms"), sized=True),
     report=Report(title="Allreduce algorithms", section=plots.section, summary=allreduce_summary, live=AllreduceLive),

@@ -15,6 +15,9 @@ from bench.units import torch_op
 @register
 class Native(Algorithm):
     name = "native"
+
+    def scratch_bytes(self, size_bytes: int, world: int, chunk_bytes: int) -> int:
+        return 0  # the backend's own buffers are not ours to count
     p2p = False
     model = "ring's: a = 2(n-1), b = 2(n-1)/n (effective values)"
 

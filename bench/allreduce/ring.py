@@ -42,6 +42,9 @@ def chunks_per_segment(world: int, count: int, chunk_numel: int) -> int:
 @register
 class Ring(Algorithm):
     name = "ring"
+
+    def scratch_bytes(self, size_bytes: int, world: int, chunk_bytes: int) -> int:
+        return min(size_bytes, DEPTH * max(chunk_bytes, 1))  # DEPTH chunk-sized receives in flight
     model = "a = 2(n-1), b = 2(n-1)/n"
 
     def cost(self, n):

@@ -13,6 +13,9 @@ from bench.allreduce.base import Algorithm, Plan, combine, exchange, register, w
 @register
 class Star(Algorithm):
     name = "star"
+
+    def scratch_bytes(self, size_bytes: int, world: int, chunk_bytes: int) -> int:
+        return (world - 1) * size_bytes  # the root receives every other rank's whole array
     model = "a = 2(n-1), b = 2(n-1)"
 
     def cost(self, n):

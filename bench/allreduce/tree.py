@@ -14,6 +14,9 @@ from bench.allreduce.base import Algorithm, Plan, ceil_log2, combine, exchange, 
 @register
 class Tree(Algorithm):
     name = "tree"
+
+    def scratch_bytes(self, size_bytes: int, world: int, chunk_bytes: int) -> int:
+        return size_bytes  # one child's array at a time
     model = "a = 2 ceil(log2 n), b = 2 ceil(log2 n)"
 
     def cost(self, n):

@@ -14,6 +14,7 @@ from bench.collectives.config import CaseSpec, CollectivesConfig, expand
 from bench.collectives import probe
 from bench.errors import BenchError
 from bench.collectives import plots
+from bench.collectives.memory import MEMORY
 from bench.collectives.reading import COMM_METRICS, narrow_sized
 from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report
 from bench.harness.rows import timed_tables
@@ -179,7 +180,7 @@ def acceptance(run, cfg: CollectivesConfig) -> list[str]:
 KIND = KINDS.register(Kind(
     module=__name__, name="collectives", help="time every collective primitive across message sizes", config=CollectivesConfig,
     tables=("results", "samples", "ranks", "telemetry"), add_options=add_options, options=options, units=units,
-    measure=measure, plan=plan, estimate_s=estimate_s, acceptance=acceptance,
+    measure=measure, plan=plan, estimate_s=estimate_s, acceptance=acceptance, memory=MEMORY,
     read=Reading(metrics=COMM_METRICS, group="collective", narrow=narrow_sized("-c", "collective"),
                  aliases=("collective",), sized=True),
     report=Report(title="Collectives", section=plots.section, summary=collectives_summary, live=CollectivesLive),

@@ -12,6 +12,7 @@ from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
 from bench.strategies import plots
 from bench.strategies.measure import efficiency_curve, measure
+from bench.strategies.memory import memory_of
 from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS
 
 
@@ -73,7 +74,7 @@ KIND = KINDS.register(Kind(
     config=PipelineConfig, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
                                    "microbatch_efficiency", "telemetry"),
     add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
-    after_units=efficiency, at_world=at_world,
+    after_units=efficiency, at_world=at_world, memory=memory_of(expand_pipeline),
     # runs stored before meta.json named the kind: a suite named pipeline* was a pipeline sweep
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule",
                  claims=lambda meta: not meta.get("kind") and str(meta.get("suite", "")).startswith("pipeline")),

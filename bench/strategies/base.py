@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from bench.registry import Registry
 from bench.strategies.dims import ParallelDims
+from bench.strategies.footprint import Footprint
 from bench.workloads.models import ModelSpec, build_model, loss_fn
 
 # Gradient check tolerance (float32): |got - ref| <= ATOL + RTOL * |ref|, elementwise.
@@ -299,6 +300,7 @@ class Strategy:
     doc: str  # first line: what `distbench list` shows
     single_process: bool  # runs in one process at world 1 (dp, layer)
     setup: Callable[[Ctx], "Trainer"]
+    memory: Callable[[Footprint], float]  # per-rank peak bytes of a case (bench.strategies.footprint)
     dims: Callable[[int], ParallelDims] = lambda world: ParallelDims(world=world, dp=world)
     check: Callable[[ModelSpec, object], str | None] = no_check  # skip note, None, or BenchError
 

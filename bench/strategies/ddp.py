@@ -9,6 +9,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer, gather_cat, mean_loss_all_ranks
 from bench.workloads import Batches, build_model, loss_fn
+from bench.strategies.footprint import ddp_memory
 
 def local_batch(ctx: Ctx) -> int:
     return STRATEGY.dims(ctx.world).local_batch(ctx.batch)
@@ -56,4 +57,4 @@ def check(spec, case) -> None:
     STRATEGY.dims(case.world).local_batch(case.batch)  # raises when batch does not split
 
 
-STRATEGY = REGISTRY.register(Strategy(name="ddp", doc=__doc__, single_process=False, setup=setup, check=check))
+STRATEGY = REGISTRY.register(Strategy(name="ddp", doc=__doc__, memory=ddp_memory, single_process=False, setup=setup, check=check))

@@ -11,6 +11,7 @@ import torch.nn as nn
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model
+from bench.strategies.footprint import replicated
 
 PASS_THROUGH = "no CUDA: DataParallel is a pass-through"
 
@@ -43,5 +44,5 @@ def setup(ctx: Ctx) -> Trainer:
     return t
 
 
-STRATEGY = REGISTRY.register(Strategy(name="dp", doc=__doc__, single_process=True, setup=setup,
+STRATEGY = REGISTRY.register(Strategy(name="dp", doc=__doc__, memory=replicated, single_process=True, setup=setup,
                                       dims=lambda world: ParallelDims(world=world)))

@@ -11,6 +11,7 @@ from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.ddp import DataParallelTrainer, check, local_batch
 from bench.workloads import Batches, build_model
 from bench.workloads.models import blocks
+from bench.strategies.footprint import fsdp_memory
 
 def _fully_shard():
     try:
@@ -39,4 +40,4 @@ def setup(ctx: Ctx) -> Trainer:
     return FSDPTrainer(ctx, model, batches, model.parameters())
 
 
-STRATEGY = REGISTRY.register(Strategy(name="fsdp", doc=__doc__, single_process=False, setup=setup, check=check))
+STRATEGY = REGISTRY.register(Strategy(name="fsdp", doc=__doc__, memory=fsdp_memory, single_process=False, setup=setup, check=check))

@@ -11,6 +11,7 @@ from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
+from bench.strategies.footprint import replicated
 
 DEFAULT_GROUPS = 2
 
@@ -66,5 +67,5 @@ def setup(ctx: Ctx) -> Trainer:
     return t
 
 
-STRATEGY = REGISTRY.register(Strategy(name="layer", doc=__doc__, single_process=True, setup=setup,
+STRATEGY = REGISTRY.register(Strategy(name="layer", doc=__doc__, memory=replicated, single_process=True, setup=setup,
                                       dims=lambda world: ParallelDims(world=world)))

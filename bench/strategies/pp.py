@@ -22,6 +22,7 @@ from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
+from bench.strategies.footprint import sharded
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 CHECKPOINTS = ("always", "except_last", "never")
@@ -266,5 +267,5 @@ def check(spec, case) -> str | None:
     return None
 
 
-STRATEGY = REGISTRY.register(Strategy(name="pp", doc=__doc__, single_process=False, setup=setup, check=check,
+STRATEGY = REGISTRY.register(Strategy(name="pp", doc=__doc__, memory=sharded, single_process=False, setup=setup, check=check,
                                       dims=lambda world: ParallelDims(world=world, pp=world)))
