@@ -8,12 +8,20 @@ a file: then nothing is read back and the summary says so). The rank puts the ru
 the path before init_process_group (bench.harness.rank.worker_main: the "{run_dir}" placeholder).
 After the last launch the allreduce kind's `finish` parses the logs into the `nccl_tuning` table.
 
+Names: NCCL_ALGO / NCCL_PROTO accept ncclAlgoStr / ncclProtoStr (NCCL src/init.cc:53-55: Tree, Ring,
+CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT; LL, LL128, Simple, compared without case), while
+the TUNING line of NCCL >= 2.23 prints ncclAlgoToString / ncclProtoToString (src/enqueue.cc:822,
+src/collectives.cc:95-127: TREE, RING, COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT; LL,
+LL128, SIMPLE; "Unknown" otherwise). Both map to ncclAlgoStr's spelling; anything else (NCCL's
+"Unknown", an id out of range, a name a later NCCL adds) is reported as "unknown", never guessed.
+
 Log lines accepted (anything before "NCCL INFO" -- host:pid:tid [dev] -- is ignored, case of the
 names too):
   NCCL INFO 1048576 Bytes -> Algo 1 proto 2 time 25.600000                    (NCCL <= 2.18: ids,
                                                                                rank 0 only, no function)
   NCCL INFO AllReduce: 1048576 Bytes -> Algo 1 proto 2 time 25.600000         (ids with the function)
   NCCL INFO AllReduce: 4096 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..1} (NCCL >= 2.19: names)
+  NCCL INFO AllReduce: 4096 Bytes -> Algo NVLS_TREE proto SIMPLE channel{Lo..Hi}={0..1}
   NCCL INFO AllReduce: opCount 3 sendbuff 0x... recvbuff 0x... count 262144 datatype 7 op 0 ...
                                                     (NCCL_DEBUG_SUBSYS=COLL: names the function of
                                                      the tuning lines that follow it in the same file)
@@ -29,8 +37,9 @@ from pathlib import Path
 
 from bench.results.store import RunWriter, load_run
 
-ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-PROTOS = ("LL", "LL128", "Simple")
+ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")  # NCCL src/init.cc:53, id order
+PROTOS = ("LL", "LL128", "Simple")  # NCCL src/init.cc:55, id order
+UNKNOWN = "unknown"  # a name or id this table does not know (reported, never mapped to a guess)
 RUN_DIR = "{run_dir}"  # placeholder in NCCL_DEBUG_FILE, replaced on each rank before init_process_group
 
 TUNING = re.compile(r"NCCL INFO\s+(?:(?P<func>[A-Za-z]+):\s*)?(?P<bytes>\d+)\s+Bytes\s*->\s*Algo\s+(?P<algo>\w+)"
@@ -38,13 +47,17 @@ TUNING = re.compile(r"NCCL INFO\s+(?:(?P<func>[A-Za-z]+):\s*)?(?P<bytes>\d+)\s+B
 OPCOUNT = re.compile(r"NCCL INFO\s+(?P<func>[A-Za-z]+):\s*opCount\s+[0-9a-fA-Fx]+", re.I)
 
 
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", "")
+
+
 def _name(value: str, names: tuple[str, ...]) -> str:
-    """An id ('1') or a name in any case ('RING') -> NCCL's spelling; unknown text kept as is."""
+    """An id ('1'), an ncclAlgoStr name in any case ('RING') or an ncclAlgoToString one
+    ('COLLNET_DIRECT') -> ncclAlgoStr's spelling; anything else -> UNKNOWN."""
     v = str(value).strip()
     if v.isdigit():
-        return names[int(v)] if int(v) < len(names) else f"id{v}"
-    by_lower = {n.lower(): n for n in names}
-    return by_lower.get(v.lower(), v)
+        return names[int(v)] if int(v) < len(names) else UNKNOWN
+    return {_key(n): n for n in names}.get(_key(v), UNKNOWN)
 
 
 def algo_name(value) -> str:
@@ -82,6 +95,8 @@ def allowed(chosen: str, asked: str, names: tuple[str, ...]) -> bool:
     if not spec:
         return True  # set for other functions only
     exclude = spec.startswith("^")
+    if chosen == UNKNOWN:
+        return False  # nothing proves that an unknown choice is what was asked
     items = {_name(x, names).lower() for x in spec.lstrip("^").split(",") if x.strip()}
     return (chosen.lower() not in items) if exclude else (chosen.lower() in items)
 

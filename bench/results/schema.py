@@ -230,9 +230,9 @@ NCCL_TUNING = {
     "variant": "string",  # the launch's NCCL_ALGO / NCCL_PROTO setting, e.g. "NCCL_ALGO=Tree"
     "size_bytes": "int64",  # bytes of the all_reduce (NCCL's nBytes; the rows' size_bytes)
     "algorithm_asked": "string",  # NCCL_ALGO of the launch ("" when not set)
-    "algorithm_chosen": "string",  # Tree | Ring | CollNetDirect | CollNetChain | NVLS | NVLSTree | PAT
+    "algorithm_chosen": "string",  # Tree | Ring | CollNetDirect | CollNetChain | NVLS | NVLSTree | PAT | unknown
     "protocol_asked": "string",  # NCCL_PROTO of the launch ("" when not set)
-    "protocol_chosen": "string",  # LL | LL128 | Simple
+    "protocol_chosen": "string",  # LL | LL128 | Simple | unknown
     "matches_asked": "bool",  # the choice is within what was asked (False: NCCL fell back silently)
     "calls": "int64",  # log lines with this choice, over the launch's ranks
     "log_files": "int64",  # NCCL log files of the launch that were read
