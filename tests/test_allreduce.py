@@ -24,7 +24,7 @@ from bench.cli import main
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.harness.run import run as run_plan
 from bench.results.store import load_run
-from conftest import assert_usage_error, run_cli, spawn
+from conftest import ROOT, assert_usage_error, run_cli, spawn
 
 
 # ---- exact results on every rank --------------------------------------------------------------------
@@ -384,3 +384,27 @@ def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, mo
     assert all("NCCL_ALGO" not in json.loads(e) for e in base["nccl_env"])
     assert set(stored.meta["launches"]) == {"2", "2:NCCL_ALGO=Tree"}
     assert "native[NCCL_ALGO=Tree]" in set(stored["model"]["label"])
+
+
+@pytest.mark.parametrize("backend,asked,want", [("nccl", None, 0), ("gloo", None, 1 << 20), ("nccl", "256K", 256 << 10),
+                                                ("gloo", "16K", 16 << 10)])
+def test_ring_chunk_is_the_backends_default_unless_asked(backend, asked, want, monkeypatch):
+    """Issue 17 item 5: the suite's chunk_bytes forced 1 MiB on NCCL; the plan resolves the backend's
+    default (bench.allreduce.ring.default_chunk_bytes) and every ring case carries it."""
+    from bench.allreduce import kind as ar_kind
+
+    for v in ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(v, raising=False)
+    cfg = AllreduceConfig(algorithms=("ring", "tree"), nccl_algos=(), nccl_protos=(), sizes=("1M",), world=(2,),
+                          **({"chunk_bytes": asked} if asked else {}))
+    lp = ar_kind.plan(cfg, backend, (2,)).launches[0]
+    cases = [c for u in ar_kind.units(lp.config, 2, {})[0] for c in u.cases]
+    assert {c.chunk_bytes for c in cases if c.algorithm == "ring"} == {want}
+    assert {c.chunk_bytes for c in cases if c.algorithm == "tree"} == {0}
+    assert load_suite_chunk() == "auto"  # the shipped suite no longer pins 1M
+
+
+def load_suite_chunk():
+    import tomllib
+
+    return tomllib.loads((ROOT / "suites" / "allreduce.toml").read_text()).get("chunk_bytes", "auto")

@@ -106,7 +106,7 @@ def plan(cfg: AllreduceConfig, backend: str, worlds) -> Plan:
     if cfg.nccl_asked() and not native:
         raise BenchError("NCCL_ALGO / NCCL_PROTO settings change only the native all_reduce, and 'native' is not "
                          "among the algorithms; add it (-a ...,native) or drop the NCCL settings")
-    cfg = dataclasses.replace(cfg, world=tuple(worlds))
+    cfg = dataclasses.replace(cfg, world=tuple(worlds), backend=backend)  # the ring's default chunk is per backend
     variants = cfg.nccl_variants() if backend == "nccl" and native else []
     meta = {"allreduce_launches": [{"world": w, "env": env} for w in worlds for env in [{}, *variants]]}
     if launched_externally():

@@ -141,7 +141,7 @@ TELEMETRY = {
 # and the cost-model tables. Everything in `model`, `predictions` and `crossover` is model output.
 ALLREDUCE = {
     "messages": "int64",  # messages the busiest rank sends per call (a chunked ring: 2(n-1)*ceil(S/(n*chunk)))
-    "chunk_bytes": "int64",  # ring's pipelined chunk; 0 for the other algorithms
+    "chunk_bytes": "int64",  # ring's pipelined chunk (0: one chunk per segment, nccl's default); 0 for the other algorithms
     "variant": "string",  # "NCCL_ALGO=Tree" etc. of a native launch; "" when none is set
     "nccl_env": "string",  # JSON of every NCCL_* / TORCH_NCCL_* variable of the launch
     "model_steps": "float64",  # a(n) of t = a*alpha + b*S*beta
