@@ -48,3 +48,96 @@ def assert_usage_error(rc: int, err: str, message: str, out: Path):
     assert len(lines) == 1 and lines[0].startswith("distbench: error: "), err
     assert message in lines[0], lines[0]
     assert not out.exists(), "nothing may be written on bad input"
+
+
+class FakeCuda:
+    """torch.cuda as far as memory accounting and event timing go, on `n` devices: per-device
+    allocated / reserved bytes with peaks (the caching allocator's rules: freeing keeps the bytes
+    reserved until empty_cache; reset_peak_memory_stats lowers the peaks to the current values),
+    events that record on the device of the stream they are given (the current device's without
+    one) and take the next scripted time of that device (seconds), and `calls`: (function, device
+    index) of every call, so a test can say which device a piece of code touched.
+    `install(monkeypatch)` puts it in place of torch.cuda's functions."""
+
+    def __init__(self, n: int = 8, total_bytes: int = 80 << 30):
+        self.n, self.total = n, total_bytes
+        self.alloc, self.reserved = [0] * n, [0] * n
+        self.peak_alloc, self.peak_reserved = [0] * n, [0] * n
+        self.current = 0
+        self.script: dict[int, list[float]] = {i: [] for i in range(n)}
+        self.calls: list[tuple[str, int | None]] = []
+
+    def _dev(self, device) -> int:
+        if device is None:
+            return self.current
+        return device if isinstance(device, int) else (device.index if device.index is not None else self.current)
+
+    def malloc(self, device: int, nbytes: int):
+        self.alloc[device] += nbytes
+        self.reserved[device] = max(self.reserved[device], self.alloc[device])
+        self.peak_alloc[device] = max(self.peak_alloc[device], self.alloc[device])
+        self.peak_reserved[device] = max(self.peak_reserved[device], self.reserved[device])
+
+    def free(self, device: int, nbytes: int):
+        self.alloc[device] -= nbytes
+
+    def install(self, monkeypatch):
+        import torch
+
+        fc = self
+
+        def rec(name, device=None):
+            d = fc._dev(device)
+            fc.calls.append((name, d))
+            return d
+
+        class Stream:
+            def __init__(self, device):
+                self.device = torch.device("cuda", device)
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = self.device = None
+
+            def record(self, stream=None):
+                self.device = stream.device.index if stream is not None else fc.current
+                fc.calls.append(("Event.record", self.device))
+                self.t = fc.script[self.device].pop(0)
+
+            def elapsed_time(self, other) -> float:
+                assert self.device == other.device, "CUDA events of two devices have no elapsed time"
+                return (other.t - self.t) * 1e3
+
+            def synchronize(self):
+                pass
+
+        def memory_stats(device=None):
+            d = rec("memory_stats", device)
+            return {"allocated_bytes.all.current": fc.alloc[d], "allocated_bytes.all.peak": fc.peak_alloc[d],
+                    "active_bytes.all.peak": fc.peak_alloc[d], "reserved_bytes.all.current": fc.reserved[d],
+                    "reserved_bytes.all.peak": fc.peak_reserved[d]}
+
+        def reset_peak_memory_stats(device=None):
+            d = rec("reset_peak_memory_stats", device)
+            fc.peak_alloc[d], fc.peak_reserved[d] = fc.alloc[d], fc.reserved[d]
+
+        def empty_cache():
+            fc.calls.append(("empty_cache", None))
+            fc.reserved = list(fc.alloc)
+
+        def mem_get_info(device=None):
+            d = rec("mem_get_info", device)
+            return fc.total - fc.reserved[d], fc.total
+
+        def set_device(device):
+            fc.current = rec("set_device", device)
+
+        for name, fn in {"device_count": lambda: fc.n, "is_available": lambda: True, "is_initialized": lambda: True,
+                         "current_device": lambda: fc.current, "set_device": set_device,
+                         "memory_stats": memory_stats, "reset_peak_memory_stats": reset_peak_memory_stats,
+                         "empty_cache": empty_cache, "mem_get_info": mem_get_info,
+                         "synchronize": lambda device=None: rec("synchronize", device),
+                         "current_stream": lambda device=None: Stream(rec("current_stream", device)),
+                         "Event": Event}.items():
+            monkeypatch.setattr(torch.cuda, name, fn)
+        return self
