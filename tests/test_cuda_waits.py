@@ -2,35 +2,24 @@
 after the step's synchronize like the compute spans, peers kept; the pipeline rows say the CUDA
 bubble is not yet verified on a GPU. torch.cuda.Event is faked with scripted device times."""
 
+import types
+
 import torch
 
 from bench.strategies import base
 from bench.strategies.base import Clock
 from bench.strategies.measure import CUDA_WAITS_UNVERIFIED, with_note
+from conftest import FakeCuda
 
 
-class FakeEvent:
-    """record() takes the next scripted device time (seconds); elapsed_time in ms, as CUDA's."""
-
-    script: list = []
-
-    def __init__(self, enable_timing=False):
-        assert enable_timing
-        self.t = None
-
-    def record(self, stream=None):
-        self.t = FakeEvent.script.pop(0)
-
-    def elapsed_time(self, other) -> float:
-        assert self.t is not None and other.t is not None, "resolved before both were recorded"
-        return (other.t - self.t) * 1e3
-
-
-def _cuda_clock(monkeypatch, script):
-    FakeEvent.script = list(script)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+def _cuda_clock(monkeypatch, script, devices=None):
+    """A Clock on CUDA under conftest's FakeCuda: `script` the device times (seconds) events
+    recorded on cuda:0 take in turn; `devices` {index: script} for several devices."""
+    cuda = FakeCuda(n=2).install(monkeypatch)
+    cuda.script.update(devices or {0: list(script)})
     monkeypatch.setattr(base.time, "perf_counter", lambda: 100.0)  # host time of the reference event
-    return Clock(torch.device("cuda", 0))
+    devs = [torch.device("cuda", i) for i in sorted(devices or {0: None})]
+    return Clock(devs[0], devs)
 
 
 def test_clock_times_waits_with_cuda_events(monkeypatch):
@@ -128,3 +117,33 @@ def test_pipeline_rows_say_degraded_on_cuda():
         row = build_tables(case, res, base_row, ["h", "h"], 1)["results"][0]
         assert row["degraded"] == want
         assert row["bubble_measured"] > 0
+
+
+def test_clock_spans_every_device_it_computes_on(monkeypatch):
+    """Issue 17 item 9: layer runs group 0 on cuda:0, then group 1 on cuda:1. Events on cuda:0
+    alone would end the forward when cuda:0's part ends (3 ms); the span ends when cuda:1's does."""
+    # device times per device: reference, fwd start, fwd end, bwd start, bwd end
+    clock = _cuda_clock(monkeypatch, None, devices={0: [0.0, 0.001, 0.003, 0.009, 0.012],
+                                                    1: [0.0, 0.001, 0.008, 0.008, 0.010]})
+    with clock.span("fwd"):
+        pass
+    with clock.span("bwd"):
+        pass
+    got = [(k, round(a - 100, 9), round(b - 100, 9)) for k, _, _, a, b in clock.resolve()]
+    assert got == [("fwd", 0.001, 0.008), ("bwd", 0.008, 0.012)]
+
+
+def test_layer_trainer_times_all_its_devices(monkeypatch):
+    """The layer trainer's clock records on both GPUs of its two groups (FakeCuda's call record)."""
+    from bench.strategies.base import Ctx
+    from bench.strategies.layer import LayerTrainer
+    from bench.workloads import get_spec
+
+    cuda = FakeCuda(n=2).install(monkeypatch)
+    cuda.script = {0: [0.0] * 3, 1: [0.0] * 3}
+    devs = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    ctx = Ctx(spec=get_spec("mlp-tiny"), rank=0, world=1, device=devs[0], batch=8, seed=0, steps=1)
+    t = LayerTrainer(ctx, types.SimpleNamespace(devices=devs), None, None)
+    with t.clock.span("fwd"):
+        pass
+    assert sorted({d for f, d in cuda.calls if f == "Event.record"}) == [0, 1]

@@ -52,7 +52,7 @@ def _solo_s(trainer, steps: int) -> float:
     for _ in range(steps):
         t0 = time.perf_counter()
         run()
-        sync(trainer.ctx.device)
+        trainer.sync()
         out.append(time.perf_counter() - t0)
     return float(np.median(out))
 
@@ -99,7 +99,7 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
         trainer.opt.zero_grad(set_to_none=True)
     for _ in range(cfg.warmup):
         trainer.step()
-    sync(info.device)
+    trainer.sync()  # every device it drives (layer, dp: several)
     comm.barrier()
     devices = trainer.device_list()
     host_reset = all([reset_peak(d) for d in devices])
