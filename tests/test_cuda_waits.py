@@ -147,3 +147,42 @@ def test_layer_trainer_times_all_its_devices(monkeypatch):
     with t.clock.span("fwd"):
         pass
     assert sorted({d for f, d in cuda.calls if f == "Event.record"}) == [0, 1]
+
+
+def test_multi_node_pipeline_bubble_is_measured(monkeypatch):
+    """Issue 17 item 8: stage 1 on another node, whose host clock reads 1000 s ahead. Each rank's
+    timeline starts at its own exit from the step barrier, so the bubble is the one the same
+    timelines give on one node (it read 0 before: the waits were dropped), and the row says how it
+    was aligned."""
+    from bench.pipeline.replay import gpipe_order
+    from bench.strategies.config import CaseSpec
+    from bench.strategies.measure import MULTI_NODE_ALIGNED, build_tables
+
+    mem = {"memory_kind": "host", "peak_allocated_bytes": None, "peak_active_bytes": None,
+           "peak_reserved_bytes": None, "device_used_bytes": None, "device_total_bytes": None,
+           "host_peak_rss_bytes": 1, "host_peak_is_lifetime": False}
+
+    def rec(r, off):
+        if r == 0:
+            spans, waits = [("fwd", 0, 0, 0.0, 1.0), ("bwd", 0, -1, 3.0, 4.0)], [(1.0, 3.0, (1,))]
+        else:
+            spans, waits = [("fwd", 1, 0, 1.0, 2.0), ("bwd", 1, -1, 2.0, 3.0)], [(0.0, 1.0, (0,))]
+        return {"span": (off, 4.0 + off), "spans": [(k, s, m, a + off, b + off) for k, s, m, a, b in spans],
+                "waits": [(a + off, b + off, p) for a, b, p in waits]}
+
+    def facts(offsets):
+        return [{"recs": [rec(r, offsets[r])] * 5, "mem": mem, "solo_s": float("nan"), "role": f"stages {r}",
+                 "degraded": "", "devices": 1, "comm_in_compute": False,
+                 "order": gpipe_order(2, 1) if r == 0 else None, "params": 10} for r in range(2)]
+
+    case = CaseSpec(strategy="pp", model="mlp-pipe", world=2, chunks=1, schedule="gpipe", batch=8)
+    base_row = {"run_id": "r", "suite": "s", "kind": "pipeline", "world": 2, "nodes": 1, "backend": "gloo",
+                "device_type": "cpu", "threads_per_rank": 1, "oversubscribed": False, "degraded": ""}
+    one = build_tables(case, {"facts": facts([0.0, 0.0]), "check": None, "loss": 1.0}, base_row, ["h", "h"], 1)
+    two = build_tables(case, {"facts": facts([0.0, 1000.0]), "check": None, "loss": 1.0},
+                       {**base_row, "nodes": 2}, ["h0", "h1"], 2)
+    r1, r2 = one["results"][0], two["results"][0]
+    assert r1["bubble_measured"] == 0.375  # stage 0 waits 2 s of 4 on a computing stage 1, stage 1 1 s of 4
+    assert r2["bubble_measured"] == r1["bubble_measured"]
+    assert [x["idle_s"] for x in two["strategy_ranks"]] == [x["idle_s"] for x in one["strategy_ranks"]]
+    assert r1["degraded"] == "" and r2["degraded"] == MULTI_NODE_ALIGNED
