@@ -365,13 +365,14 @@ def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, mo
     """The NCCL variant plumbing, exercised on gloo (which ignores NCCL_ALGO): the plan made for
     nccl has one more native-only launch; run on gloo, the setting reaches the fresh ranks, labels
     native's rows, is recorded in them, and is gone afterwards."""
-    monkeypatch.delenv("NCCL_ALGO", raising=False)
+    for v in ("NCCL_ALGO", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"):
+        monkeypatch.delenv(v, raising=False)
     cfg = AllreduceConfig(world=(2,), sizes=("4K", "8K"), algorithms=("tree", "native"), warmup=1, iters=2,
                           budget_s=0.001, telemetry=False, out=str(tmp_path / "res"), predict_worlds=(2,),
                           predict_sizes=("4K",), nccl_algos=("Tree",), nccl_protos=())
     p = plan(cfg, "nccl", (2,))
-    assert [(lp.world, lp.env.get("NCCL_ALGO"), lp.key) for lp in p.launches] == [(2, None, ""),
-                                                                                  (2, "Tree", "2:NCCL_ALGO=Tree")]
+    assert [(lp.world, lp.env.get("NCCL_ALGO"), lp.key) for lp in p.launches] == [
+        (2, None, ""), (2, "Tree", "2:NCCL_ALGO=Tree:probe"), (2, "Tree", "2:NCCL_ALGO=Tree")]
     assert run_plan(KIND, cfg, "gloo", p) == 0
     assert "NCCL_ALGO" not in os.environ
     stored = load_run(next((tmp_path / "res" / "allreduce").iterdir()))
@@ -379,10 +380,12 @@ def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, mo
     variant = res[res["variant"] == "NCCL_ALGO=Tree"]
     assert set(variant["algorithm"]) == {"native"}  # a variant launch runs native only
     assert all(json.loads(e)["NCCL_ALGO"] == "Tree" for e in variant["nccl_env"])
+    assert not any("NCCL_DEBUG" in json.loads(e) for e in res["nccl_env"])  # issue 17 item 7: timed without logging
+    assert len(variant) == 2  # the probe launch wrote no rows
     base = res[res["variant"] == ""]
     assert set(base["algorithm"]) == {"tree", "native"}
     assert all("NCCL_ALGO" not in json.loads(e) for e in base["nccl_env"])
-    assert set(stored.meta["launches"]) == {"2", "2:NCCL_ALGO=Tree"}
+    assert set(stored.meta["launches"]) == {"2", "2:NCCL_ALGO=Tree:probe", "2:NCCL_ALGO=Tree"}
     assert "native[NCCL_ALGO=Tree]" in set(stored["model"]["label"])
 
 

@@ -79,7 +79,7 @@ def test_read_logs_maps_directories_to_launches(tmp_path):
     d.mkdir(parents=True)
     (d / "host.11.log").write_text(OLD)
     (d / "host.12.log").write_text("")
-    meta = {"run_id": "r1", "launches": {"2": {}, key: {}, "2:NCCL_PROTO=LL": {}}}
+    meta = {"run_id": "r1", "launches": {"2": {}, key + ":probe": {}, key: {}, "2:NCCL_PROTO=LL": {}}}
     results = [{"variant": "NCCL_ALGO=Tree", "world": 2, "size_bytes": 1048576},
                {"variant": "", "world": 2, "size_bytes": 4}]
     rows = read_logs(tmp_path, meta, results)
@@ -110,11 +110,14 @@ def test_variant_launches_log_tuning(monkeypatch):
         monkeypatch.delenv(v, raising=False)
     cfg = AllreduceConfig(algorithms=("native",), nccl_algos=("Tree",), nccl_protos=(), sizes=("1M",), world=(2,))
     plan = ar_kind.plan(cfg, "nccl", (2,))
-    base, variant = plan.launches
+    base, probe, variant = plan.launches
     assert base.env == {}
-    assert variant.key == "2:NCCL_ALGO=Tree"
-    assert variant.env == {"NCCL_ALGO": "Tree", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING",
-                           "NCCL_DEBUG_FILE": "{run_dir}/nccl/2_NCCL_ALGO_Tree/%h.%p.log"}
+    # issue 17 item 7: NCCL logs its choice in a short probe launch; the timed launch runs without logging
+    assert probe.key == "2:NCCL_ALGO=Tree:probe" and probe.config.nccl_probe
+    assert probe.env == {"NCCL_ALGO": "Tree", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING",
+                         "NCCL_DEBUG_FILE": "{run_dir}/nccl/2_NCCL_ALGO_Tree/%h.%p.log"}
+    assert variant.key == "2:NCCL_ALGO=Tree" and not variant.config.nccl_probe
+    assert variant.env == {"NCCL_ALGO": "Tree"}
 
 
 class _Stop(Exception):

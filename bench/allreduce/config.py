@@ -39,6 +39,9 @@ class AllreduceConfig(RunConfig):
     min_bytes: str = "4K"
     max_bytes: str = "64M"
     step_factor: float = 2.0
+    # Internal (set by plan, not an option): an NCCL probe launch, which runs each native call once,
+    # untimed and without rows, with NCCL's TUNING log on, so that its timed twin runs without it.
+    nccl_probe: bool = False
     chunk_bytes: str = "auto"  # ring: bytes per pipelined chunk (> 0); auto: the backend's (ring.default_chunk_bytes)
     nccl_algos: tuple[str, ...] = AUTO  # nccl only: one native launch per NCCL_ALGO value (auto: Ring, Tree)
     nccl_protos: tuple[str, ...] = AUTO  # nccl only: one native launch per NCCL_PROTO value (auto: all three)

@@ -20,7 +20,7 @@ import torch
 from bench.allreduce import REGISTRY, Plan as AlgPlan
 from bench.allreduce.analysis import bus_factor, write_model
 from bench.allreduce.config import AllreduceConfig, CaseSpec, expand, variant_label
-from bench.allreduce.nccl_log import log_env, write_nccl_tuning
+from bench.allreduce.nccl_log import PROBE, log_env, write_nccl_tuning
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
@@ -120,17 +120,24 @@ def plan(cfg: AllreduceConfig, backend: str, worlds) -> Plan:
         launches.append(LaunchPlan(world=w, config=cfg))
         for env in variants:
             v = variant_label(env)
-            key = launch_key(w, v)  # NCCL logs its choices (bench.allreduce.nccl_log): checked in finish
-            launches.append(LaunchPlan(world=w, config=dataclasses.replace(cfg, algorithms=("native",)),
-                                       env={**env, **log_env(key, os.environ)}, key=key,
-                                       part_prefix=f"w{w}-{re.sub(r'[^A-Za-z0-9]+', '_', v)}-"))
+            key = launch_key(w, v)
+            native = dataclasses.replace(cfg, algorithms=("native",))
+            prefix = f"w{w}-{re.sub(r'[^A-Za-z0-9]+', '_', v)}-"
+            # NCCL_DEBUG is read once per process, and its logging must not run in timed calls: a
+            # short probe launch logs what NCCL chooses (bench.allreduce.nccl_log, under the timed
+            # launch's key: checked in finish), then a fresh launch with the same setting is timed.
+            launches.append(LaunchPlan(world=w, config=dataclasses.replace(native, nccl_probe=True),
+                                       env={**env, **log_env(key, os.environ)}, key=key + PROBE,
+                                       part_prefix=prefix + "probe-"))
+            launches.append(LaunchPlan(world=w, config=native, env=dict(env), key=key, part_prefix=prefix))
     return Plan(launches=launches, meta=meta)
 
 
 def units(cfg: AllreduceConfig, world: int, meta: dict) -> tuple[list[Unit], list[str]]:
     """Sizes are the outer loop within a block, algorithms the inner one (inside a unit)."""
     blocks: dict[tuple, list[CaseSpec]] = {}
-    for c in expand(cfg, world, variant_label(os.environ)):  # the launch's own NCCL setting labels native
+    variant = variant_label(os.environ) + (PROBE if cfg.nccl_probe else "")  # a probe's units are its own (resume)
+    for c in expand(cfg, world, variant):  # the launch's own NCCL setting labels native
         blocks.setdefault((c.dtype, c.op, c.mode), []).append(c)
     notes = size_note(cfg.profile, [s for b in blocks.values() for s in b[0].sizes])
     return [Unit(cases=tuple(b), size=s) for b in blocks.values() for s in b[0].sizes], notes
@@ -160,6 +167,14 @@ def measure(unit: Unit, launch) -> dict:
     inputs = reduce_values(info.rank, idx, ctx)  # one exact pattern per size, copied per algorithm
     want = reduce_expected(idx, ctx) if cfg.check else None
     del idx
+    if cfg.nccl_probe:  # each call once, untimed, no rows: NCCL logs its choice at every size
+        for case in unit.cases:
+            plan_ = AlgPlan(rank=info.rank, world=info.world, op=case.op, chunk_numel=case.chunk_numel(esize))
+            x = inputs.clone()
+            REGISTRY.get(case.algorithm).allreduce(x, plan_)
+            sync(info.device)
+            del x
+        return {}
     loop = LoopSpec(mode=c0.mode, warmup=cfg.warmup, iters=cfg.iters, budget_s=cfg.budget_s)
     env = json.dumps(nccl_env(), sort_keys=True)
     for case in unit.cases:

@@ -1,7 +1,11 @@
 """What NCCL really ran in the allreduce kind's NCCL_ALGO / NCCL_PROTO variant launches.
 
 NCCL falls back silently when a forced algorithm or protocol cannot run (PAT has no all_reduce,
-NVLS needs NVSwitch, CollNet needs SHARP ...). Each variant launch therefore runs with
+NVLS needs NVSwitch, CollNet needs SHARP ...). Logging must not run during timed calls, and NCCL
+reads NCCL_DEBUG once per process, so each variant gets two launches: a probe launch (key
+"<world>:<variant>:probe") that calls native all_reduce once per size, untimed and without rows,
+then the timed launch with the same NCCL_ALGO / NCCL_PROTO and no logging of ours (a user's own
+NCCL_DEBUG stays, and the rows' nccl_env shows it). The probe launch runs with
 NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=TUNING (a value the user set is kept; TUNING is added to a
 user's subsystem list) and NCCL_DEBUG_FILE=<run dir>/nccl/<launch>/%h.%p.log (unless the user set
 a file: then nothing is read back and the summary says so). The rank puts the run directory into
@@ -40,6 +44,7 @@ from bench.results.store import RunWriter, load_run
 ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")  # NCCL src/init.cc:53, id order
 PROTOS = ("LL", "LL128", "Simple")  # NCCL src/init.cc:55, id order
 UNKNOWN = "unknown"  # a name or id this table does not know (reported, never mapped to a guess)
+PROBE = ":probe"  # launch-key suffix of a variant's probe launch (its logs go under the timed launch's key)
 RUN_DIR = "{run_dir}"  # placeholder in NCCL_DEBUG_FILE, replaced on each rank before init_process_group
 
 TUNING = re.compile(r"NCCL INFO\s+(?:(?P<func>[A-Za-z]+):\s*)?(?P<bytes>\d+)\s+Bytes\s*->\s*Algo\s+(?P<algo>\w+)"
@@ -155,7 +160,7 @@ def read_logs(run_dir, meta: dict, results: list[dict]) -> list[dict]:
     run_dir = Path(run_dir)
     out = []
     for key in meta.get("launches", {}):
-        if ":" not in key:
+        if ":" not in key or key.endswith(PROBE):
             continue
         d = run_dir / "nccl" / safe_key(key)
         files = sorted(d.glob("*.log")) if d.is_dir() else []
