@@ -65,6 +65,7 @@ class FakeCuda:
         self.peak_alloc, self.peak_reserved = [0] * n, [0] * n
         self.current = 0
         self.script: dict[int, list[float]] = {i: [] for i in range(n)}
+        self.queries: list[bool] = []  # what Event.query() answers in turn (False when empty)
         self.calls: list[tuple[str, int | None]] = []
 
     def _dev(self, device) -> int:
@@ -111,6 +112,10 @@ class FakeCuda:
             def synchronize(self):
                 pass
 
+            def query(self) -> bool:
+                fc.calls.append(("Event.query", self.device))
+                return fc.queries.pop(0) if fc.queries else False
+
         def memory_stats(device=None):
             d = rec("memory_stats", device)
             return {"allocated_bytes.all.current": fc.alloc[d], "allocated_bytes.all.peak": fc.peak_alloc[d],
@@ -138,6 +143,7 @@ class FakeCuda:
                          "empty_cache": empty_cache, "mem_get_info": mem_get_info,
                          "synchronize": lambda device=None: rec("synchronize", device),
                          "current_stream": lambda device=None: Stream(rec("current_stream", device)),
+                         "_sleep": lambda cycles: fc.calls.append(("_sleep", cycles)),
                          "Event": Event}.items():
             monkeypatch.setattr(torch.cuda, name, fn)
         return self

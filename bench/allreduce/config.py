@@ -10,6 +10,7 @@ from bench.allreduce.ring import default_chunk_bytes
 from bench.distributed.env import resolve_backend
 from bench.errors import BenchError, did_you_mean, unknown
 from bench.timing.loop import MODES
+from bench.timing.stats import RANK_REDUCTIONS
 from bench.units import dtype_name, parse_dtype, parse_size, parse_size_list, sweep_sizes
 from bench.suite import RunConfig, at_least
 
@@ -35,6 +36,9 @@ class AllreduceConfig(RunConfig):
     dtypes: tuple[str, ...] = ("float32",)
     ops: tuple[str, ...] = ("sum",)  # sum | max | min | product
     modes: tuple[str, ...] = ("latency",)
+    # how every rank's time of one iteration becomes the figure: max | avg | min | rank0 (nccl-tests' -a
+    # 3 / 1 / 2 / 0); auto: avg in the nccl-tests mode (nccl-tests' default), max (the slowest rank) otherwise
+    rank_reduce: str = "auto"
     sizes: tuple[str, ...] = ()  # explicit sizes; when empty, the min/max/step sweep
     min_bytes: str = "4K"
     max_bytes: str = "64M"
@@ -60,6 +64,8 @@ class AllreduceConfig(RunConfig):
         for m in self.modes:
             if m not in MODES:
                 raise unknown("timing mode", m, MODES)
+        if self.rank_reduce not in ("auto", *RANK_REDUCTIONS):
+            raise unknown("rank reduction", self.rank_reduce, ("auto", *RANK_REDUCTIONS))
         for d in self.dtypes:
             parse_dtype(d)
         for o in self.ops:

@@ -32,6 +32,7 @@ from bench.report.terminal import AllreduceLive
 from bench.results.metadata import nccl_env
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop
+from bench.timing.stats import rank_reduce_for
 from bench.timing.profile import profile_ops, relative, size_note, size_profiled, trace_file
 from bench.timing.timers import sync
 from bench.units import parse_dtype
@@ -64,7 +65,10 @@ def add_options(p):
                    help="nccl only: NCCL_PROTO values, one fresh native launch each (default LL,LL128,Simple)")
     p.add_argument("--dtype", "--dtypes", dest="dtypes", default=None, help="comma list, e.g. float32")
     p.add_argument("--op", "--ops", dest="ops", default=None, help="sum | max | min | product (comma list)")
-    p.add_argument("--mode", "--modes", dest="modes", default=None, help="latency,throughput")
+    p.add_argument("--mode", "--modes", dest="modes", default=None, help="latency,throughput,nccl-tests")
+    p.add_argument("--rank-reduce", dest="rank_reduce", default=None,
+                   help="figure from the ranks' times: max | avg | min | rank0 (nccl-tests -a 3/1/2/0); "
+                        "default auto: avg in the nccl-tests mode, max otherwise")
     p.add_argument("--sizes", default=None, help="explicit sizes, e.g. 4K,1M,64M (overrides the sweep)")
     p.add_argument("-b", "--min-bytes", dest="min_bytes", default=None, help="sweep start, e.g. 4K")
     p.add_argument("-e", "--max-bytes", dest="max_bytes", default=None, help="sweep end, e.g. 64M")
@@ -82,7 +86,7 @@ def add_options(p):
 
 
 def options(args) -> dict:
-    ov = overrides(args, ("algorithms", "nccl_algos", "nccl_protos", "dtypes", "ops", "modes", "sizes", "min_bytes",
+    ov = overrides(args, ("rank_reduce", "algorithms", "nccl_algos", "nccl_protos", "dtypes", "ops", "modes", "sizes", "min_bytes",
                           "max_bytes", "step_factor", "warmup", "iters", "budget_s", "check", "predict_sizes",
                           "chunk_bytes"))
     ov["predict_worlds"] = int_list(args.predict_worlds, "prediction world size")
@@ -200,7 +204,7 @@ def measure(unit: Unit, launch) -> dict:
             continue
         key = {"run_id": launch.run_id, "case_id": case.case_id, "size_bytes": size, "placement": "in-place"}
         cols, ranks, samples = timed_tables(key, per_rank, size, bus_factor(info.world), launch.hosts,
-                                            launch.node_ranks)
+                                            launch.node_ranks, rank_reduce_for(cfg.rank_reduce, loop.mode))
         a, b = alg.cost(info.world)
         tables["results"].append({
             **launch.base_row(), "nccl_env": env, **key, "collective": "all_reduce", "algorithm": case.algorithm,
