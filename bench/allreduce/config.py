@@ -77,7 +77,7 @@ class AllreduceConfig(RunConfig):
         at_least("check", self.check, 0)
         if not self.budget_s > 0:
             raise BenchError(f"budget_s {self.budget_s} must be > 0")
-        self.chunk()
+        self.chunk_asked()
         self.size_list()
         parse_size_list(list(self.predict_sizes))
         if self.profile:
@@ -85,7 +85,11 @@ class AllreduceConfig(RunConfig):
         canonical(self.nccl_algos, NCCL_ALGOS, "NCCL_ALGO")
         canonical(self.nccl_protos, NCCL_PROTOS, "NCCL_PROTO")
 
-    def chunk(self) -> int | None:
+    def chunk(self) -> int:
+        """The ring's chunk in bytes for this run (ring_chunk_bytes: 0 = one chunk per segment)."""
+        return self.ring_chunk_bytes()
+
+    def chunk_asked(self) -> int | None:
         """Ring chunk in bytes asked for (None: auto); a size <= 0 is bad input."""
         text = str(self.chunk_bytes).strip()
         if text.lower() == "auto":
@@ -99,7 +103,7 @@ class AllreduceConfig(RunConfig):
         """The ring's chunk for this run: what was asked, else the backend's default (0 on nccl:
         one chunk per segment; 1 MiB elsewhere). plan() puts the launch's backend into the config."""
         backend = self.backend if self.backend != "auto" else resolve_backend("auto")
-        return default_chunk_bytes(backend, self.chunk())
+        return default_chunk_bytes(backend, self.chunk_asked())
 
     def size_list(self) -> list[int]:
         return sweep_sizes(self.sizes, self.min_bytes, self.max_bytes, self.step_factor)
