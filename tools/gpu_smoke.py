@@ -11,7 +11,7 @@ A. Through the public command line (`python -m bench <kind> ...`, nccl, world mi
                 (one rank: NCCL's one-rank path logs no choice, which the line says)
   strategies    ddp, 6 timed steps, then dp: two cases in a row, each with its own memory peak
   allreduce, pipeline  (two ranks only: on one GPU they are skipped and say so)
-B. In this process, on cuda:0 (no process group needed):
+B. In-process on cuda:0 (each check in its own child process with a time limit):
   item 4  a CUDA latency sample excludes host dispatch: an op that spends 2 ms on the host before
           a ~0.2 ms kernel reads ~0.2 ms (an event on the idle stream would read >= 2 ms)
   item 3  two cases in a row, the first leaving 2 GiB in a reference cycle: after the harness's
@@ -33,7 +33,6 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -378,25 +377,39 @@ def check_throttle(torch):
            f" MHz; last sample throttled={want}; case throttled={s['throttled']} ({s['throttle_reasons']})")
 
 
-def _alarm(signum, frame):
-    raise TimeoutError("took longer than 90 s")
+PART_B = {"latency": lambda t: check_latency_excludes_dispatch(t), "case-memory": lambda t: check_case_memory(t),
+          "clock": lambda t: check_clock_all_devices(t), "throttle": lambda t: check_throttle(t),
+          "pipeline-freed": lambda t: check_pipeline_freed(t)}
+PART_B_TIMEOUT_S = 120
 
 
-def part_b(torch):
-    for fn in (check_latency_excludes_dispatch, check_case_memory, check_clock_all_devices, check_throttle,
-               check_pipeline_freed):
-        name = fn.__name__.removeprefix("check_")
-        signal.signal(signal.SIGALRM, _alarm)
-        signal.alarm(90)
+def run_one(name: str, torch) -> int:
+    """One part-B check in this process (the child side of part_b)."""
+    try:
+        PART_B[name](torch)
+    except Exception as e:  # noqa: BLE001 - reported as one line
+        traceback.print_exc(limit=3)
+        report("FAILED", name, f"{type(e).__name__}: {e}")
+    return 0
+
+
+def part_b():
+    """Each check in its own process with a time limit: a CUDA or NCCL call that hangs, or a
+    crash, costs that check only."""
+    for name in PART_B:
         try:
-            fn(torch)
-        except Exception as e:  # noqa: BLE001 - one check's failure never stops the others
-            traceback.print_exc(limit=3)
-            report("FAILED", name, f"{type(e).__name__}: {e}")
-        finally:
-            signal.alarm(0)
-            gc.collect()
-            torch.cuda.empty_cache()
+            p = subprocess.run([sys.executable, __file__, "--only", name], cwd=ROOT, capture_output=True, text=True,
+                               timeout=PART_B_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        except subprocess.TimeoutExpired:
+            report("FAILED", name, f"did not finish in {PART_B_TIMEOUT_S} s")
+            continue
+        lines = re.findall(r"^# gpu-smoke: (ok|FAILED|skipped) ([^:]+): (.*)$", p.stdout, flags=re.M)
+        for status, check, line in lines:
+            report(status, check, line)
+        if not lines:
+            tail = (p.stdout + p.stderr).strip().splitlines()[-5:]
+            print("\n".join(tail))
+            report("FAILED", name, f"exit {p.returncode} without a result line")
 
 
 def main(argv=None) -> int:
@@ -404,9 +417,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="results/gpu-smoke", help="results root (default results/gpu-smoke)")
     ap.add_argument("--cpu", action="store_true",
                     help="run part A with gloo on 2 CPU ranks (checks this script; GPU columns stay null)")
+    ap.add_argument("--only", choices=sorted(PART_B), help="run one in-process CUDA check (part B) and exit")
     args = ap.parse_args(argv)
     import torch  # lazy: torch (~2 s) after argument parsing, so --help and usage errors are instant
 
+    if args.only:
+        return run_one(args.only, torch)
     gpu = not args.cpu
     t_start = time.monotonic()
     if gpu and not torch.cuda.is_available():
@@ -437,8 +453,8 @@ def main(argv=None) -> int:
             traceback.print_exc(limit=3)
             report("FAILED", step["name"], f"{type(e).__name__}: {e}")
     if gpu:
-        print("\n## in-process checks on cuda:0", flush=True)
-        part_b(torch)
+        print("\n## in-process checks on cuda:0 (each in its own process)", flush=True)
+        part_b()
     print(f"\n# gpu-smoke summary ({time.monotonic() - t_start:.0f} s)")
     for status, check, line in RESULTS:
         print(f"#   {status:<7} {check}: {line}")
