@@ -61,33 +61,61 @@ DEVICELESS = ("is_available", "device_count")
 
 
 class FakeCuda:
-    """A node of `n` CUDA devices as far as torch.cuda's calls in distbench go, with per-device
-    memory (`total_bytes`, `free_bytes`: one number, or a list per device) and a record of every
-    call: `calls` is [(name, device index or None)], None only for DEVICELESS queries. A call with
-    no device argument touches the current device, which is cuda:0 until set_device (CUDA's rule),
-    so `mem_get_info()` before `set_device` is recorded on device 0."""
+    """torch.cuda as far as distbench goes, on a node of `n` devices, and a record of every call:
+    `calls` is [(function, device index or None)], None only for DEVICELESS queries. A call with no
+    device argument touches the current device, which is cuda:0 until set_device (CUDA's rule), so
+    `mem_get_info()` before `set_device` is recorded on device 0.
 
-    def __init__(self, n: int = 8, total_bytes=80 * GiB, free_bytes=79 * GiB):
-        per = lambda x: list(x) if isinstance(x, (list, tuple)) else [x] * n
-        self.n, self.total, self.free = n, per(total_bytes), per(free_bytes)
-        self.current: int | None = None
+    Memory per device: `total_bytes` and `free_bytes` (free before anything of ours: one number, or
+    a list per device) and the caching allocator's accounting: allocated / reserved bytes with
+    peaks (freeing keeps bytes reserved until empty_cache; reset_peak_memory_stats lowers the peaks
+    to the current values; mem_get_info = free - reserved). Events record on the device of the
+    stream they are given (the current device's without one) and take the next scripted time of
+    that device (`script[device]`, seconds). `install(monkeypatch)` puts it in place of torch.cuda's
+    functions."""
+
+    def __init__(self, n: int = 8, total_bytes=80 * GiB, free_bytes=None):
+        per = lambda x: list(x) if isinstance(x, (list, tuple)) else [x] * n  # noqa: E731
+        self.n, self.total = n, per(total_bytes)
+        self.base_free = per(free_bytes) if free_bytes is not None else list(self.total)
+        self.alloc, self.reserved = [0] * n, [0] * n
+        self.peak_alloc, self.peak_reserved = [0] * n, [0] * n
+        self.current: int | None = None  # no set_device yet: calls land on device 0
+        self.script: dict[int, list[float]] = {i: [] for i in range(n)}
+        self.queries: list[bool] = []  # what Event.query() answers in turn (False when empty)
         self.calls: list[tuple[str, int | None]] = []
+
+    @property
+    def device(self) -> int:
+        return 0 if self.current is None else self.current
 
     def _index(self, device) -> int:
         if device is None:
-            return 0 if self.current is None else self.current
+            return self.device
         if isinstance(device, str):
             device = __import__("torch").device(device)
-        idx = device if isinstance(device, int) else (device.index if device.index is not None else self._index(None))
+        idx = device if isinstance(device, int) else (device.index if device.index is not None else self.device)
         if not 0 <= idx < self.n:
             raise RuntimeError(f"CUDA error: invalid device ordinal {idx} (fake node of {self.n})")
         return idx
+
+    _dev = _index
 
     def _record(self, name, device=None, deviceless=False) -> int | None:
         idx = None if deviceless else self._index(device)
         self.calls.append((name, idx))
         return idx
 
+    def malloc(self, device: int, nbytes: int):
+        self.alloc[device] += nbytes
+        self.reserved[device] = max(self.reserved[device], self.alloc[device])
+        self.peak_alloc[device] = max(self.peak_alloc[device], self.alloc[device])
+        self.peak_reserved[device] = max(self.peak_reserved[device], self.reserved[device])
+
+    def free(self, device: int, nbytes: int):
+        self.alloc[device] -= nbytes
+
+    # torch.cuda's functions
     def is_available(self):
         self._record("is_available", deviceless=True)
         return self.n > 0
@@ -104,7 +132,7 @@ class FakeCuda:
 
     def mem_get_info(self, device=None):
         i = self._record("mem_get_info", device)
-        return self.free[i], self.total[i]
+        return self.base_free[i] - self.reserved[i], self.total[i]
 
     def get_device_properties(self, device=None):
         i = self._record("get_device_properties", device)
@@ -113,12 +141,57 @@ class FakeCuda:
     def synchronize(self, device=None):
         self._record("synchronize", device)
 
+    def memory_stats(self, device=None):
+        d = self._record("memory_stats", device)
+        return {"allocated_bytes.all.current": self.alloc[d], "allocated_bytes.all.peak": self.peak_alloc[d],
+                "active_bytes.all.peak": self.peak_alloc[d], "reserved_bytes.all.current": self.reserved[d],
+                "reserved_bytes.all.peak": self.peak_reserved[d]}
+
+    def reset_peak_memory_stats(self, device=None):
+        d = self._record("reset_peak_memory_stats", device)
+        self.peak_alloc[d], self.peak_reserved[d] = self.alloc[d], self.reserved[d]
+
+    def empty_cache(self):
+        self.calls.append(("empty_cache", None))
+        self.reserved = list(self.alloc)
+
     def install(self, monkeypatch):
         import torch
 
+        fc = self
+
+        class Stream:
+            def __init__(self, device):
+                self.device = torch.device("cuda", device)
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = self.device = None
+
+            def record(self, stream=None):
+                self.device = stream.device.index if stream is not None else fc.device
+                fc.calls.append(("Event.record", self.device))
+                self.t = fc.script[self.device].pop(0)
+
+            def elapsed_time(self, other) -> float:
+                assert self.device == other.device, "CUDA events of two devices have no elapsed time"
+                return (other.t - self.t) * 1e3
+
+            def synchronize(self):
+                pass
+
+            def query(self) -> bool:
+                fc.calls.append(("Event.query", self.device))
+                return fc.queries.pop(0) if fc.queries else False
+
         for name in ("is_available", "device_count", "set_device", "current_device", "mem_get_info",
-                     "get_device_properties", "synchronize"):
+                     "get_device_properties", "synchronize", "memory_stats", "reset_peak_memory_stats", "empty_cache"):
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        for name, fn in {"is_initialized": lambda: True,
+                         "current_stream": lambda device=None: Stream(fc._record("current_stream", device)),
+                         "_sleep": lambda cycles: fc.calls.append(("_sleep", cycles)),
+                         "Event": Event}.items():
+            monkeypatch.setattr(torch.cuda, name, fn)
         return self
 
     def touched_before_set_device(self) -> list[tuple[str, int]]:

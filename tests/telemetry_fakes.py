@@ -17,6 +17,7 @@ class FakeGpu:
         self.power_mw = 100_000
         self.used, self.total = 2 << 30, 80 << 30
         self.reasons = 0x1
+        self.sm_mhz, self.app_sm_mhz = 1980, 1980  # current and applications SM clock
         self.unsupported: set[str] = set()  # function names that raise NotSupported
         self.denied: set[str] = set()  # ... that raise NoPermission
         self.calls: dict[str, int] = {}
@@ -77,7 +78,8 @@ def fake_nvml(gpus, init_error=None):
     api("nvmlDeviceGetMemoryInfo", lambda g: SimpleNamespace(used=g.used, total=g.total, free=g.total - g.used))
     api("nvmlDeviceGetPowerUsage", lambda g: g.power_mw)
     api("nvmlDeviceGetTotalEnergyConsumption", lambda g: g.energy_mj)
-    api("nvmlDeviceGetClockInfo", lambda g, kind: 1980 if kind == nvml.CLOCK_SM else 3201)
+    api("nvmlDeviceGetClockInfo", lambda g, kind: g.sm_mhz if kind == nvml.CLOCK_SM else 3201)
+    api("nvmlDeviceGetApplicationsClock", lambda g, kind: g.app_sm_mhz if kind == nvml.CLOCK_SM else 3201)
     api("nvmlDeviceGetTemperature", lambda g, kind: 41)
     api("nvmlDeviceGetCurrentClocksEventReasons", lambda g: g.reasons)
     api("nvmlDeviceGetComputeRunningProcesses", lambda g: g.procs)

@@ -24,7 +24,7 @@ from bench.cli import main
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.harness.run import run as run_plan
 from bench.results.store import load_run
-from conftest import assert_usage_error, run_cli, spawn
+from conftest import ROOT, assert_usage_error, run_cli, spawn
 
 
 # ---- exact results on every rank --------------------------------------------------------------------
@@ -365,13 +365,14 @@ def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, mo
     """The NCCL variant plumbing, exercised on gloo (which ignores NCCL_ALGO): the plan made for
     nccl has one more native-only launch; run on gloo, the setting reaches the fresh ranks, labels
     native's rows, is recorded in them, and is gone afterwards."""
-    monkeypatch.delenv("NCCL_ALGO", raising=False)
+    for v in ("NCCL_ALGO", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"):
+        monkeypatch.delenv(v, raising=False)
     cfg = AllreduceConfig(world=(2,), sizes=("4K", "8K"), algorithms=("tree", "native"), warmup=1, iters=2,
                           budget_s=0.001, telemetry=False, out=str(tmp_path / "res"), predict_worlds=(2,),
                           predict_sizes=("4K",), nccl_algos=("Tree",), nccl_protos=())
     p = plan(cfg, "nccl", (2,))
-    assert [(lp.world, lp.env.get("NCCL_ALGO"), lp.key) for lp in p.launches] == [(2, None, ""),
-                                                                                  (2, "Tree", "2:NCCL_ALGO=Tree")]
+    assert [(lp.world, lp.env.get("NCCL_ALGO"), lp.key) for lp in p.launches] == [
+        (2, None, ""), (2, "Tree", "2:NCCL_ALGO=Tree:probe"), (2, "Tree", "2:NCCL_ALGO=Tree")]
     assert run_plan(KIND, cfg, "gloo", p) == 0
     assert "NCCL_ALGO" not in os.environ
     stored = load_run(next((tmp_path / "res" / "allreduce").iterdir()))
@@ -379,8 +380,34 @@ def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, mo
     variant = res[res["variant"] == "NCCL_ALGO=Tree"]
     assert set(variant["algorithm"]) == {"native"}  # a variant launch runs native only
     assert all(json.loads(e)["NCCL_ALGO"] == "Tree" for e in variant["nccl_env"])
+    assert not any("NCCL_DEBUG" in json.loads(e) for e in res["nccl_env"])  # issue 17 item 7: timed without logging
+    assert len(variant) == 2  # the probe launch wrote no rows
     base = res[res["variant"] == ""]
     assert set(base["algorithm"]) == {"tree", "native"}
     assert all("NCCL_ALGO" not in json.loads(e) for e in base["nccl_env"])
-    assert set(stored.meta["launches"]) == {"2", "2:NCCL_ALGO=Tree"}
+    assert set(stored.meta["launches"]) == {"2", "2:NCCL_ALGO=Tree:probe", "2:NCCL_ALGO=Tree"}
     assert "native[NCCL_ALGO=Tree]" in set(stored["model"]["label"])
+
+
+@pytest.mark.parametrize("backend,asked,want", [("nccl", None, 0), ("gloo", None, 1 << 20), ("nccl", "256K", 256 << 10),
+                                                ("gloo", "16K", 16 << 10)])
+def test_ring_chunk_is_the_backends_default_unless_asked(backend, asked, want, monkeypatch):
+    """Issue 17 item 5: the suite's chunk_bytes forced 1 MiB on NCCL; the plan resolves the backend's
+    default (bench.allreduce.ring.default_chunk_bytes) and every ring case carries it."""
+    from bench.allreduce import kind as ar_kind
+
+    for v in ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(v, raising=False)
+    cfg = AllreduceConfig(algorithms=("ring", "tree"), nccl_algos=(), nccl_protos=(), sizes=("1M",), world=(2,),
+                          **({"chunk_bytes": asked} if asked else {}))
+    lp = ar_kind.plan(cfg, backend, (2,)).launches[0]
+    cases = [c for u in ar_kind.units(lp.config, 2, {})[0] for c in u.cases]
+    assert {c.chunk_bytes for c in cases if c.algorithm == "ring"} == {want}
+    assert {c.chunk_bytes for c in cases if c.algorithm == "tree"} == {0}
+    assert load_suite_chunk() == "auto"  # the shipped suite no longer pins 1M
+
+
+def load_suite_chunk():
+    import tomllib
+
+    return tomllib.loads((ROOT / "suites" / "allreduce.toml").read_text()).get("chunk_bytes", "auto")

@@ -2,35 +2,24 @@
 after the step's synchronize like the compute spans, peers kept; the pipeline rows say the CUDA
 bubble is not yet verified on a GPU. torch.cuda.Event is faked with scripted device times."""
 
+import types
+
 import torch
 
 from bench.strategies import base
 from bench.strategies.base import Clock
 from bench.strategies.measure import CUDA_WAITS_UNVERIFIED, with_note
+from conftest import FakeCuda
 
 
-class FakeEvent:
-    """record() takes the next scripted device time (seconds); elapsed_time in ms, as CUDA's."""
-
-    script: list = []
-
-    def __init__(self, enable_timing=False):
-        assert enable_timing
-        self.t = None
-
-    def record(self, stream=None):
-        self.t = FakeEvent.script.pop(0)
-
-    def elapsed_time(self, other) -> float:
-        assert self.t is not None and other.t is not None, "resolved before both were recorded"
-        return (other.t - self.t) * 1e3
-
-
-def _cuda_clock(monkeypatch, script):
-    FakeEvent.script = list(script)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+def _cuda_clock(monkeypatch, script, devices=None):
+    """A Clock on CUDA under conftest's FakeCuda: `script` the device times (seconds) events
+    recorded on cuda:0 take in turn; `devices` {index: script} for several devices."""
+    cuda = FakeCuda(n=2).install(monkeypatch)
+    cuda.script.update(devices or {0: list(script)})
     monkeypatch.setattr(base.time, "perf_counter", lambda: 100.0)  # host time of the reference event
-    return Clock(torch.device("cuda", 0))
+    devs = [torch.device("cuda", i) for i in sorted(devices or {0: None})]
+    return Clock(devs[0], devs)
 
 
 def test_clock_times_waits_with_cuda_events(monkeypatch):
@@ -128,3 +117,72 @@ def test_pipeline_rows_say_degraded_on_cuda():
         row = build_tables(case, res, base_row, ["h", "h"], 1)["results"][0]
         assert row["degraded"] == want
         assert row["bubble_measured"] > 0
+
+
+def test_clock_spans_every_device_it_computes_on(monkeypatch):
+    """Issue 17 item 9: layer runs group 0 on cuda:0, then group 1 on cuda:1. Events on cuda:0
+    alone would end the forward when cuda:0's part ends (3 ms); the span ends when cuda:1's does."""
+    # device times per device: reference, fwd start, fwd end, bwd start, bwd end
+    clock = _cuda_clock(monkeypatch, None, devices={0: [0.0, 0.001, 0.003, 0.009, 0.012],
+                                                    1: [0.0, 0.001, 0.008, 0.008, 0.010]})
+    with clock.span("fwd"):
+        pass
+    with clock.span("bwd"):
+        pass
+    got = [(k, round(a - 100, 9), round(b - 100, 9)) for k, _, _, a, b in clock.resolve()]
+    assert got == [("fwd", 0.001, 0.008), ("bwd", 0.008, 0.012)]
+
+
+def test_layer_trainer_times_all_its_devices(monkeypatch):
+    """The layer trainer's clock records on both GPUs of its two groups (FakeCuda's call record)."""
+    from bench.strategies.base import Ctx
+    from bench.strategies.layer import LayerTrainer
+    from bench.workloads import get_spec
+
+    cuda = FakeCuda(n=2).install(monkeypatch)
+    cuda.script = {0: [0.0] * 3, 1: [0.0] * 3}
+    devs = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    ctx = Ctx(spec=get_spec("mlp-tiny"), rank=0, world=1, device=devs[0], batch=8, seed=0, steps=1)
+    t = LayerTrainer(ctx, types.SimpleNamespace(devices=devs), None, None)
+    with t.clock.span("fwd"):
+        pass
+    assert sorted({d for f, d in cuda.calls if f == "Event.record"}) == [0, 1]
+
+
+def test_multi_node_pipeline_bubble_is_measured(monkeypatch):
+    """Issue 17 item 8: stage 1 on another node, whose host clock reads 1000 s ahead. Each rank's
+    timeline starts at its own exit from the step barrier, so the bubble is the one the same
+    timelines give on one node (it read 0 before: the waits were dropped), and the row says how it
+    was aligned."""
+    from bench.strategies.replay import gpipe_order
+    from bench.strategies.config import CaseSpec
+    from bench.strategies.measure import MULTI_NODE_ALIGNED, build_tables
+
+    mem = {"memory_kind": "host", "peak_allocated_bytes": None, "peak_active_bytes": None,
+           "peak_reserved_bytes": None, "device_used_bytes": None, "device_total_bytes": None,
+           "host_peak_rss_bytes": 1, "host_peak_is_lifetime": False}
+
+    def rec(r, off):
+        if r == 0:
+            spans, waits = [("fwd", 0, 0, 0.0, 1.0), ("bwd", 0, -1, 3.0, 4.0)], [(1.0, 3.0, (1,))]
+        else:
+            spans, waits = [("fwd", 1, 0, 1.0, 2.0), ("bwd", 1, -1, 2.0, 3.0)], [(0.0, 1.0, (0,))]
+        return {"span": (off, 4.0 + off), "spans": [(k, s, m, a + off, b + off) for k, s, m, a, b in spans],
+                "waits": [(a + off, b + off, p) for a, b, p in waits]}
+
+    def facts(offsets):
+        return [{"recs": [rec(r, offsets[r])] * 5, "mem": mem, "solo_s": float("nan"), "role": f"stages {r}",
+                 "degraded": "", "devices": 1, "comm_in_compute": False,
+                 "order": gpipe_order(2, 1) if r == 0 else None, "params": 10} for r in range(2)]
+
+    case = CaseSpec(strategy="pp", model="mlp-pipe", world=2, chunks=1, schedule="gpipe", batch=8)
+    base_row = {"run_id": "r", "suite": "s", "kind": "pipeline", "world": 2, "nodes": 1, "backend": "gloo",
+                "device_type": "cpu", "threads_per_rank": 1, "oversubscribed": False, "degraded": ""}
+    one = build_tables(case, {"facts": facts([0.0, 0.0]), "check": None, "loss": 1.0}, base_row, ["h", "h"], 1)
+    two = build_tables(case, {"facts": facts([0.0, 1000.0]), "check": None, "loss": 1.0},
+                       {**base_row, "nodes": 2}, ["h0", "h1"], 2)
+    r1, r2 = one["results"][0], two["results"][0]
+    assert r1["bubble_measured"] == 0.375  # stage 0 waits 2 s of 4 on a computing stage 1, stage 1 1 s of 4
+    assert r2["bubble_measured"] == r1["bubble_measured"]
+    assert [x["idle_s"] for x in two["strategy_ranks"]] == [x["idle_s"] for x in one["strategy_ranks"]]
+    assert r1["degraded"] == "" and r2["degraded"] == MULTI_NODE_ALIGNED

@@ -79,7 +79,7 @@ def test_read_logs_maps_directories_to_launches(tmp_path):
     d.mkdir(parents=True)
     (d / "host.11.log").write_text(OLD)
     (d / "host.12.log").write_text("")
-    meta = {"run_id": "r1", "launches": {"2": {}, key: {}, "2:NCCL_PROTO=LL": {}}}
+    meta = {"run_id": "r1", "launches": {"2": {}, key + ":probe": {}, key: {}, "2:NCCL_PROTO=LL": {}}}
     results = [{"variant": "NCCL_ALGO=Tree", "world": 2, "size_bytes": 1048576},
                {"variant": "", "world": 2, "size_bytes": 4}]
     rows = read_logs(tmp_path, meta, results)
@@ -110,11 +110,14 @@ def test_variant_launches_log_tuning(monkeypatch):
         monkeypatch.delenv(v, raising=False)
     cfg = AllreduceConfig(algorithms=("native",), nccl_algos=("Tree",), nccl_protos=(), sizes=("1M",), world=(2,))
     plan = ar_kind.plan(cfg, "nccl", (2,))
-    base, variant = plan.launches
+    base, probe, variant = plan.launches
     assert base.env == {}
-    assert variant.key == "2:NCCL_ALGO=Tree"
-    assert variant.env == {"NCCL_ALGO": "Tree", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING",
-                           "NCCL_DEBUG_FILE": "{run_dir}/nccl/2_NCCL_ALGO_Tree/%h.%p.log"}
+    # issue 17 item 7: NCCL logs its choice in a short probe launch; the timed launch runs without logging
+    assert probe.key == "2:NCCL_ALGO=Tree:probe" and probe.config.nccl_probe
+    assert probe.env == {"NCCL_ALGO": "Tree", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING",
+                         "NCCL_DEBUG_FILE": "{run_dir}/nccl/2_NCCL_ALGO_Tree/%h.%p.log"}
+    assert variant.key == "2:NCCL_ALGO=Tree" and not variant.config.nccl_probe
+    assert variant.env == {"NCCL_ALGO": "Tree"}
 
 
 class _Stop(Exception):
@@ -152,3 +155,32 @@ def test_rank_puts_the_run_dir_into_nccl_debug_file(monkeypatch, tmp_path):
     assert not errors, errors
     want = tmp_path / "allreduce" / "RID" / "nccl" / "2_NCCL_ALGO_Tree"
     assert seen["file"] == f"{want}/%h.%p.log" and want.is_dir()
+
+
+# NCCL >= 2.23 prints the tuning line with ncclAlgoToString / ncclProtoToString (NCCL
+# src/enqueue.cc:822, src/collectives.cc:95-127): upper case with underscores, "Unknown" otherwise.
+UPPER = """h:7:7 [0] NCCL INFO AllReduce: 8388608 Bytes -> Algo COLLNET_DIRECT proto SIMPLE channel{Lo..Hi}={0..15}
+h:7:7 [0] NCCL INFO AllReduce: 16777216 Bytes -> Algo COLLNET_CHAIN proto LL128 channel{Lo..Hi}={0..15}
+h:7:7 [0] NCCL INFO AllReduce: 33554432 Bytes -> Algo NVLS_TREE proto SIMPLE channel{Lo..Hi}={0..15}
+h:7:7 [0] NCCL INFO AllReduce: 67108864 Bytes -> Algo Unknown proto Unknown channel{Lo..Hi}={0..15}
+h:7:7 [0] NCCL INFO 4096 Bytes -> Algo 9 proto 5 time 3.0
+"""
+
+
+def test_names_as_nccl_prints_them_and_unknown():
+    got = [(t["size_bytes"], t["algorithm"], t["protocol"]) for t in parse(UPPER)]
+    assert got == [(8388608, "CollNetDirect", "Simple"), (16777216, "CollNetChain", "LL128"),
+                   (33554432, "NVLSTree", "Simple"), (67108864, "unknown", "unknown"), (4096, "unknown", "unknown")]
+    rows = tuning_rows("r1", "2:NCCL_ALGO=CollNetDirect", [UPPER], sizes={8388608, 67108864})
+    assert {(r["size_bytes"], r["matches_asked"]) for r in rows} == {(8388608, True), (67108864, False)}
+    assert allowed("NVLSTree", "nvls_tree", ALGOS) and not allowed("unknown", "^NVLS", ALGOS)
+
+
+def test_parser_knows_every_name_nccl_accepts():
+    from bench.allreduce.config import NCCL_ALGOS, NCCL_PROTOS
+    from bench.allreduce.nccl_log import PROTOS
+
+    # NCCL src/init.cc:53-55 (ncclAlgoStr, ncclProtoStr): the names NCCL_ALGO / NCCL_PROTO accept
+    assert ALGOS == ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+    assert PROTOS == ("LL", "LL128", "Simple")
+    assert set(NCCL_ALGOS) == set(ALGOS) - {"PAT"} and set(NCCL_PROTOS) == set(PROTOS)

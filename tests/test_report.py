@@ -117,7 +117,7 @@ def test_header_metadata_flags_and_escaping(full_report):
     assert "noisy rows (IQR/median > 0.1): 4 of 16 (25%)" in text
     assert "NVML: library not found" in text
     assert "MODEL OUTPUT" in text
-    assert "Wrong elements" in text and "p25-p75 of the per-iteration max over ranks" in text
+    assert "Wrong elements" in text and "p25-p75 of the per-iteration time reduced over ranks" in text
 
 
 def test_run_lacking_tables_renders_and_says_what_is_missing(tmp_path):

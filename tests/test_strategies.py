@@ -197,3 +197,30 @@ def test_only_first_and_last_pipeline_stages_load_data(first, last, loads):
     PPTrainer.prefetch(t)
     assert t.batches.calls == loads
     assert (t._next == (None, None)) == (loads == 0)
+
+
+def _pp_left_alive(info, schedule):
+    """One pipeline trainer built and stepped, then dropped with the cycle collector off: does
+    anything keep it (its modules, activations) alive? Issue 17 item 3."""
+    import gc
+    import weakref
+
+    ctx = Ctx(spec=get_spec("mlp-tiny"), rank=info.rank, world=info.world, device=torch.device("cpu"), batch=8,
+              seed=0, steps=3, chunks=2, schedule=schedule)
+    gc.collect()
+    gc.disable()
+    try:
+        t = REGISTRY.get("pp").setup(ctx)
+        t.prefetch()
+        t.step()
+        refs = [weakref.ref(t), weakref.ref(t.schedule), *[weakref.ref(m) for m in t.mods]]
+        del t
+        return [r() is not None for r in refs]
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "interleaved"])
+def test_pipeline_trainer_is_freed_without_the_cycle_collector(schedule):
+    res = spawn(_pp_left_alive, 2, schedule)
+    assert res == {0: [False] * len(res[0]), 1: [False] * len(res[1])}, res

@@ -122,7 +122,9 @@ def _node(samples):
     (0x10, False),  # sync boost
     (0x100, False),  # display clock setting
     (0x1 | 0x2 | 0x10 | 0x100, False),
-    (0x4, True),  # sw power cap
+    (0x4, False),  # sw power cap alone: not without the clocks below the application clock
+    (0x200, False),  # board limit
+    (0x400, False),  # reliability
     (0x8, True),  # hw slowdown
     (0x20, True),  # sw thermal
     (0x40, True),  # hw thermal
@@ -132,6 +134,35 @@ def test_throttled_only_for_limits(mask, want):
     assert nvml.throttled(mask) is want
     s = [(0.0, "GPU-a", None, None, "clock_event_reasons", float(mask))]
     assert summarize([_node(s)], 0, 1, 0.1)["throttled"] is want  # before: True for 0x2, 0x10, 0x100
+
+
+@pytest.mark.parametrize("sm_mhz,want", [(1980, False), (2100, False), (1500, True)])
+def test_sw_power_cap_counts_only_below_the_application_clock(sm_mhz, want):
+    """Read through the fake pynvml: SW power cap with the SM clock at (or above) the application
+    clock is a cap that cost nothing; below it, the clocks were cut."""
+    g = three_gpus()[0]
+    g.reasons, g.sm_mhz, g.app_sm_mhz = 0x4, sm_mhz, 1980
+    p = nvml.GpuProbe(fake_nvml([g]), g, g.uuid, pids=set())
+    out = []
+    p.read(1.0, out)
+    assert [v for *_x, m, v in out if m == "app_sm_clock_mhz"] == [1980.0]
+    node = {"host": "h", "node_rank": 0, "gpus": [g.uuid], "gpu_status": "", "ticks": 1, "samples": out,
+            "missing": {}}
+    got = summarize([node], 0, 1, 0.1)
+    assert got["throttled"] is want and got["throttle_reasons"] == "sw_power_cap"
+
+
+def test_sw_power_cap_without_an_application_clock_is_not_throttled():
+    g = three_gpus()[0]
+    g.reasons, g.sm_mhz = 0x4, 1500
+    g.unsupported.add("nvmlDeviceGetApplicationsClock")
+    p = nvml.GpuProbe(fake_nvml([g]), g, g.uuid, pids=set())
+    out = []
+    p.read(1.0, out)
+    assert p.missing["app_sm_clock_mhz"] == "not supported"
+    node = {"host": "h", "node_rank": 0, "gpus": [g.uuid], "gpu_status": "", "ticks": 1, "samples": out,
+            "missing": {}}
+    assert summarize([node], 0, 1, 0.1)["throttled"] is False
 
 
 def nvlink_gpu(old_only: bool):

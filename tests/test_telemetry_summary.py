@@ -41,6 +41,7 @@ def test_counter_reset_or_single_reading_gives_null_energy():
 @pytest.mark.parametrize("masks,throttled,names", [
     ((0x1, 0x0), False, "gpu_idle"),
     ((0x1, 0x4, 0x40), True, "gpu_idle,sw_power_cap,hw_thermal_slowdown"),
+    ((0x1, 0x4), False, "gpu_idle,sw_power_cap"),  # no clocks read: the power cap alone cut nothing known
 ])
 def test_throttled_flag_ignores_idle(masks, throttled, names):
     s = [(float(i), "GPU-a", None, None, "clock_event_reasons", float(m)) for i, m in enumerate(masks)]

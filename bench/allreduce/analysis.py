@@ -15,7 +15,7 @@ from bench.allreduce.config import predict_size_list
 from bench.allreduce.model import fit, measured_crossover, model_crossover, n_half, predict
 from bench.report.format import row_label
 from bench.results.store import RunWriter, load_run
-from bench.timing.stats import GB
+from bench.timing.stats import GB, figure_text
 from bench.units import parse_dtype
 
 
@@ -40,9 +40,10 @@ def analyse(rows: list[dict], predict_worlds, predict_sizes) -> dict[str, list[d
     out: dict[str, list[dict]] = {"model": [], "residuals": [], "crossover": [], "predictions": []}
     blocks: dict[tuple, list[dict]] = {}
     for r in rows:
-        blocks.setdefault((r["dtype"], r["op"], r["mode"]), []).append(r)
-    for (dtype, op, mode), brows in blocks.items():
-        keys = {"dtype": dtype, "op": op, "mode": mode}
+        blocks.setdefault((r["dtype"], r["op"], r["mode"], r.get("rank_reduce") or "max"), []).append(r)
+    for (dtype, op, mode, reduce), brows in blocks.items():
+        # the figure every fit, prediction and crossover of this block is made from, in words
+        keys = {"dtype": dtype, "op": op, "mode": mode, "figure": figure_text(mode, reduce)}
         by_label: dict[str, list[dict]] = {}
         for r in brows:
             by_label.setdefault(row_label(r), []).append(r)

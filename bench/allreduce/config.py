@@ -6,8 +6,11 @@ from dataclasses import dataclass
 import torch
 
 from bench.allreduce import OPS, REGISTRY
+from bench.allreduce.ring import default_chunk_bytes
+from bench.distributed.env import resolve_backend
 from bench.errors import BenchError, did_you_mean, unknown
 from bench.timing.loop import MODES
+from bench.timing.stats import RANK_REDUCTIONS
 from bench.units import dtype_name, parse_dtype, parse_size, parse_size_list, sweep_sizes
 from bench.suite import RunConfig, at_least
 
@@ -33,11 +36,17 @@ class AllreduceConfig(RunConfig):
     dtypes: tuple[str, ...] = ("float32",)
     ops: tuple[str, ...] = ("sum",)  # sum | max | min | product
     modes: tuple[str, ...] = ("latency",)
+    # how every rank's time of one iteration becomes the figure: max | avg | min | rank0 (nccl-tests' -a
+    # 3 / 1 / 2 / 0); auto: avg in the nccl-tests mode (nccl-tests' default), max (the slowest rank) otherwise
+    rank_reduce: str = "auto"
     sizes: tuple[str, ...] = ()  # explicit sizes; when empty, the min/max/step sweep
     min_bytes: str = "4K"
     max_bytes: str = "64M"
     step_factor: float = 2.0
-    chunk_bytes: str = "1M"  # ring: bytes per pipelined chunk (> 0)
+    # Internal (set by plan, not an option): an NCCL probe launch, which runs each native call once,
+    # untimed and without rows, with NCCL's TUNING log on, so that its timed twin runs without it.
+    nccl_probe: bool = False
+    chunk_bytes: str = "auto"  # ring: bytes per pipelined chunk (> 0); auto: the backend's (ring.default_chunk_bytes)
     nccl_algos: tuple[str, ...] = AUTO  # nccl only: one native launch per NCCL_ALGO value (auto: Ring, Tree)
     nccl_protos: tuple[str, ...] = AUTO  # nccl only: one native launch per NCCL_PROTO value (auto: all three)
     warmup: int = 2  # floor of warm-up ops per size
@@ -55,6 +64,8 @@ class AllreduceConfig(RunConfig):
         for m in self.modes:
             if m not in MODES:
                 raise unknown("timing mode", m, MODES)
+        if self.rank_reduce not in ("auto", *RANK_REDUCTIONS):
+            raise unknown("rank reduction", self.rank_reduce, ("auto", *RANK_REDUCTIONS))
         for d in self.dtypes:
             parse_dtype(d)
         for o in self.ops:
@@ -66,7 +77,7 @@ class AllreduceConfig(RunConfig):
         at_least("check", self.check, 0)
         if not self.budget_s > 0:
             raise BenchError(f"budget_s {self.budget_s} must be > 0")
-        self.chunk()
+        self.chunk_asked()
         self.size_list()
         parse_size_list(list(self.predict_sizes))
         if self.profile:
@@ -75,12 +86,24 @@ class AllreduceConfig(RunConfig):
         canonical(self.nccl_protos, NCCL_PROTOS, "NCCL_PROTO")
 
     def chunk(self) -> int:
-        """Ring chunk in bytes; a size <= 0 is bad input."""
+        """The ring's chunk in bytes for this run (ring_chunk_bytes: 0 = one chunk per segment)."""
+        return self.ring_chunk_bytes()
+
+    def chunk_asked(self) -> int | None:
+        """Ring chunk in bytes asked for (None: auto); a size <= 0 is bad input."""
         text = str(self.chunk_bytes).strip()
+        if text.lower() == "auto":
+            return None
         if text.startswith("-") or (text[:1].isdigit() and parse_size(text) == 0):
             raise BenchError(f"chunk size '{self.chunk_bytes}' must be > 0 bytes (the ring sends each segment "
                              "in chunks of this size), e.g. 256K or 1M")
         return parse_size(text)
+
+    def ring_chunk_bytes(self) -> int:
+        """The ring's chunk for this run: what was asked, else the backend's default (0 on nccl:
+        one chunk per segment; 1 MiB elsewhere). plan() puts the launch's backend into the config."""
+        backend = self.backend if self.backend != "auto" else resolve_backend("auto")
+        return default_chunk_bytes(backend, self.chunk_asked())
 
     def size_list(self) -> list[int]:
         return sweep_sizes(self.sizes, self.min_bytes, self.max_bytes, self.step_factor)
@@ -151,6 +174,7 @@ class CaseSpec:
 def expand(cfg: AllreduceConfig, world: int, variant: str = "") -> list[CaseSpec]:
     """Cases for one launch; `variant` (the launch's NCCL_ALGO / NCCL_PROTO) labels native."""
     names = cfg.algorithm_names()
+    ring_chunk = cfg.ring_chunk_bytes()
     cases = []
     for dname in cfg.dtypes:
         dtype = parse_dtype(dname)
@@ -164,7 +188,7 @@ def expand(cfg: AllreduceConfig, world: int, variant: str = "") -> list[CaseSpec
             for mode in cfg.modes:
                 for name in names:
                     cases.append(CaseSpec(algorithm=name, dtype=dtype_name(dtype), op=op, mode=mode, world=world,
-                                          sizes=tuple(sizes), chunk_bytes=cfg.chunk() if name == "ring" else 0,
+                                          sizes=tuple(sizes), chunk_bytes=ring_chunk if name == "ring" else 0,
                                           variant=variant if name == "native" else ""))
     return cases
 

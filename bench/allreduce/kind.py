@@ -20,7 +20,7 @@ import torch
 from bench.allreduce import REGISTRY, Plan as AlgPlan
 from bench.allreduce.analysis import bus_factor, write_model
 from bench.allreduce.config import AllreduceConfig, CaseSpec, expand, variant_label
-from bench.allreduce.nccl_log import log_env, write_nccl_tuning
+from bench.allreduce.nccl_log import PROBE, log_env, write_nccl_tuning
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
@@ -35,6 +35,7 @@ from bench.report.terminal import AllreduceLive
 from bench.results.metadata import nccl_env
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop
+from bench.timing.stats import rank_reduce_for
 from bench.timing.profile import profile_ops, relative, size_note, size_profiled, trace_file
 from bench.timing.timers import sync
 from bench.units import parse_dtype
@@ -67,7 +68,10 @@ def add_options(p):
                    help="nccl only: NCCL_PROTO values, one fresh native launch each (default LL,LL128,Simple)")
     p.add_argument("--dtype", "--dtypes", dest="dtypes", default=None, help="comma list, e.g. float32")
     p.add_argument("--op", "--ops", dest="ops", default=None, help="sum | max | min | product (comma list)")
-    p.add_argument("--mode", "--modes", dest="modes", default=None, help="latency,throughput")
+    p.add_argument("--mode", "--modes", dest="modes", default=None, help="latency,throughput,nccl-tests")
+    p.add_argument("--rank-reduce", dest="rank_reduce", default=None,
+                   help="figure from the ranks' times: max | avg | min | rank0 (nccl-tests -a 3/1/2/0); "
+                        "default auto: avg in the nccl-tests mode, max otherwise")
     p.add_argument("--sizes", default=None, help="explicit sizes, e.g. 4K,1M,64M (overrides the sweep)")
     p.add_argument("-b", "--min-bytes", dest="min_bytes", default=None, help="sweep start, e.g. 4K")
     p.add_argument("-e", "--max-bytes", dest="max_bytes", default=None, help="sweep end, e.g. 64M")
@@ -85,7 +89,7 @@ def add_options(p):
 
 
 def options(args) -> dict:
-    ov = overrides(args, ("algorithms", "nccl_algos", "nccl_protos", "dtypes", "ops", "modes", "sizes", "min_bytes",
+    ov = overrides(args, ("rank_reduce", "algorithms", "nccl_algos", "nccl_protos", "dtypes", "ops", "modes", "sizes", "min_bytes",
                           "max_bytes", "step_factor", "warmup", "iters", "budget_s", "check", "predict_sizes",
                           "chunk_bytes"))
     ov["predict_worlds"] = int_list(args.predict_worlds, "prediction world size")
@@ -109,7 +113,7 @@ def plan(cfg: AllreduceConfig, backend: str, worlds) -> Plan:
     if cfg.nccl_asked() and not native:
         raise BenchError("NCCL_ALGO / NCCL_PROTO settings change only the native all_reduce, and 'native' is not "
                          "among the algorithms; add it (-a ...,native) or drop the NCCL settings")
-    cfg = dataclasses.replace(cfg, world=tuple(worlds))
+    cfg = dataclasses.replace(cfg, world=tuple(worlds), backend=backend)  # the ring's default chunk is per backend
     variants = cfg.nccl_variants() if backend == "nccl" and native else []
     meta = {"allreduce_launches": [{"world": w, "env": env} for w in worlds for env in [{}, *variants]]}
     if launched_externally():
@@ -123,17 +127,24 @@ def plan(cfg: AllreduceConfig, backend: str, worlds) -> Plan:
         launches.append(LaunchPlan(world=w, config=cfg))
         for env in variants:
             v = variant_label(env)
-            key = launch_key(w, v)  # NCCL logs its choices (bench.allreduce.nccl_log): checked in finish
-            launches.append(LaunchPlan(world=w, config=dataclasses.replace(cfg, algorithms=("native",)),
-                                       env={**env, **log_env(key, os.environ)}, key=key,
-                                       part_prefix=f"w{w}-{re.sub(r'[^A-Za-z0-9]+', '_', v)}-"))
+            key = launch_key(w, v)
+            native = dataclasses.replace(cfg, algorithms=("native",))
+            prefix = f"w{w}-{re.sub(r'[^A-Za-z0-9]+', '_', v)}-"
+            # NCCL_DEBUG is read once per process, and its logging must not run in timed calls: a
+            # short probe launch logs what NCCL chooses (bench.allreduce.nccl_log, under the timed
+            # launch's key: checked in finish), then a fresh launch with the same setting is timed.
+            launches.append(LaunchPlan(world=w, config=dataclasses.replace(native, nccl_probe=True),
+                                       env={**env, **log_env(key, os.environ)}, key=key + PROBE,
+                                       part_prefix=prefix + "probe-"))
+            launches.append(LaunchPlan(world=w, config=native, env=dict(env), key=key, part_prefix=prefix))
     return Plan(launches=launches, meta=meta)
 
 
 def units(cfg: AllreduceConfig, world: int, meta: dict) -> tuple[list[Unit], list[str]]:
     """Sizes are the outer loop within a block, algorithms the inner one (inside a unit)."""
     blocks: dict[tuple, list[CaseSpec]] = {}
-    for c in expand(cfg, world, variant_label(os.environ)):  # the launch's own NCCL setting labels native
+    variant = variant_label(os.environ) + (PROBE if cfg.nccl_probe else "")  # a probe's units are its own (resume)
+    for c in expand(cfg, world, variant):  # the launch's own NCCL setting labels native
         blocks.setdefault((c.dtype, c.op, c.mode), []).append(c)
     notes = size_note(cfg.profile, [s for b in blocks.values() for s in b[0].sizes])
     return [Unit(cases=tuple(b), size=s) for b in blocks.values() for s in b[0].sizes], notes
@@ -163,6 +174,14 @@ def measure(unit: Unit, launch) -> dict:
     inputs = reduce_values(info.rank, idx, ctx)  # one exact pattern per size, copied per algorithm
     want = reduce_expected(idx, ctx) if cfg.check else None
     del idx
+    if cfg.nccl_probe:  # each call once, untimed, no rows: NCCL logs its choice at every size
+        for case in unit.cases:
+            plan_ = AlgPlan(rank=info.rank, world=info.world, op=case.op, chunk_numel=case.chunk_numel(esize))
+            x = inputs.clone()
+            REGISTRY.get(case.algorithm).allreduce(x, plan_)
+            sync(info.device)
+            del x
+        return {}
     loop = LoopSpec(mode=c0.mode, warmup=cfg.warmup, iters=cfg.iters, budget_s=cfg.budget_s)
     env = json.dumps(nccl_env(), sort_keys=True)
     for case in unit.cases:
@@ -188,7 +207,7 @@ def measure(unit: Unit, launch) -> dict:
             continue
         key = {"run_id": launch.run_id, "case_id": case.case_id, "size_bytes": size, "placement": "in-place"}
         cols, ranks, samples = timed_tables(key, per_rank, size, bus_factor(info.world), launch.hosts,
-                                            launch.node_ranks)
+                                            launch.node_ranks, rank_reduce_for(cfg.rank_reduce, loop.mode))
         a, b = alg.cost(info.world)
         tables["results"].append({
             **launch.base_row(), "nccl_env": env, **key, "collective": "all_reduce", "algorithm": case.algorithm,

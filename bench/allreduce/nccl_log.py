@@ -1,12 +1,23 @@
 """What NCCL really ran in the allreduce kind's NCCL_ALGO / NCCL_PROTO variant launches.
 
 NCCL falls back silently when a forced algorithm or protocol cannot run (PAT has no all_reduce,
-NVLS needs NVSwitch, CollNet needs SHARP ...). Each variant launch therefore runs with
+NVLS needs NVSwitch, CollNet needs SHARP ...). Logging must not run during timed calls, and NCCL
+reads NCCL_DEBUG once per process, so each variant gets two launches: a probe launch (key
+"<world>:<variant>:probe") that calls native all_reduce once per size, untimed and without rows,
+then the timed launch with the same NCCL_ALGO / NCCL_PROTO and no logging of ours (a user's own
+NCCL_DEBUG stays, and the rows' nccl_env shows it). The probe launch runs with
 NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=TUNING (a value the user set is kept; TUNING is added to a
 user's subsystem list) and NCCL_DEBUG_FILE=<run dir>/nccl/<launch>/%h.%p.log (unless the user set
 a file: then nothing is read back and the summary says so). The rank puts the run directory into
 the path before init_process_group (bench.harness.rank.worker_main: the "{run_dir}" placeholder).
 After the last launch the allreduce kind's `finish` parses the logs into the `nccl_tuning` table.
+
+Names: NCCL_ALGO / NCCL_PROTO accept ncclAlgoStr / ncclProtoStr (NCCL src/init.cc:53-55: Tree, Ring,
+CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT; LL, LL128, Simple, compared without case), while
+the TUNING line of NCCL >= 2.23 prints ncclAlgoToString / ncclProtoToString (src/enqueue.cc:822,
+src/collectives.cc:95-127: TREE, RING, COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT; LL,
+LL128, SIMPLE; "Unknown" otherwise). Both map to ncclAlgoStr's spelling; anything else (NCCL's
+"Unknown", an id out of range, a name a later NCCL adds) is reported as "unknown", never guessed.
 
 Log lines accepted (anything before "NCCL INFO" -- host:pid:tid [dev] -- is ignored, case of the
 names too):
@@ -14,6 +25,7 @@ names too):
                                                                                rank 0 only, no function)
   NCCL INFO AllReduce: 1048576 Bytes -> Algo 1 proto 2 time 25.600000         (ids with the function)
   NCCL INFO AllReduce: 4096 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..1} (NCCL >= 2.19: names)
+  NCCL INFO AllReduce: 4096 Bytes -> Algo NVLS_TREE proto SIMPLE channel{Lo..Hi}={0..1}
   NCCL INFO AllReduce: opCount 3 sendbuff 0x... recvbuff 0x... count 262144 datatype 7 op 0 ...
                                                     (NCCL_DEBUG_SUBSYS=COLL: names the function of
                                                      the tuning lines that follow it in the same file)
@@ -29,8 +41,10 @@ from pathlib import Path
 
 from bench.results.store import RunWriter, load_run
 
-ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-PROTOS = ("LL", "LL128", "Simple")
+ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")  # NCCL src/init.cc:53, id order
+PROTOS = ("LL", "LL128", "Simple")  # NCCL src/init.cc:55, id order
+UNKNOWN = "unknown"  # a name or id this table does not know (reported, never mapped to a guess)
+PROBE = ":probe"  # launch-key suffix of a variant's probe launch (its logs go under the timed launch's key)
 RUN_DIR = "{run_dir}"  # placeholder in NCCL_DEBUG_FILE, replaced on each rank before init_process_group
 
 TUNING = re.compile(r"NCCL INFO\s+(?:(?P<func>[A-Za-z]+):\s*)?(?P<bytes>\d+)\s+Bytes\s*->\s*Algo\s+(?P<algo>\w+)"
@@ -38,13 +52,17 @@ TUNING = re.compile(r"NCCL INFO\s+(?:(?P<func>[A-Za-z]+):\s*)?(?P<bytes>\d+)\s+B
 OPCOUNT = re.compile(r"NCCL INFO\s+(?P<func>[A-Za-z]+):\s*opCount\s+[0-9a-fA-Fx]+", re.I)
 
 
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", "")
+
+
 def _name(value: str, names: tuple[str, ...]) -> str:
-    """An id ('1') or a name in any case ('RING') -> NCCL's spelling; unknown text kept as is."""
+    """An id ('1'), an ncclAlgoStr name in any case ('RING') or an ncclAlgoToString one
+    ('COLLNET_DIRECT') -> ncclAlgoStr's spelling; anything else -> UNKNOWN."""
     v = str(value).strip()
     if v.isdigit():
-        return names[int(v)] if int(v) < len(names) else f"id{v}"
-    by_lower = {n.lower(): n for n in names}
-    return by_lower.get(v.lower(), v)
+        return names[int(v)] if int(v) < len(names) else UNKNOWN
+    return {_key(n): n for n in names}.get(_key(v), UNKNOWN)
 
 
 def algo_name(value) -> str:
@@ -82,6 +100,8 @@ def allowed(chosen: str, asked: str, names: tuple[str, ...]) -> bool:
     if not spec:
         return True  # set for other functions only
     exclude = spec.startswith("^")
+    if chosen == UNKNOWN:
+        return False  # nothing proves that an unknown choice is what was asked
     items = {_name(x, names).lower() for x in spec.lstrip("^").split(",") if x.strip()}
     return (chosen.lower() not in items) if exclude else (chosen.lower() in items)
 
@@ -140,7 +160,7 @@ def read_logs(run_dir, meta: dict, results: list[dict]) -> list[dict]:
     run_dir = Path(run_dir)
     out = []
     for key in meta.get("launches", {}):
-        if ":" not in key:
+        if ":" not in key or key.endswith(PROBE):
             continue
         d = run_dir / "nccl" / safe_key(key)
         files = sorted(d.glob("*.log")) if d.is_dir() else []

@@ -8,6 +8,7 @@ from bench.collectives import REGISTRY
 from bench.errors import BenchError, unknown
 from bench.results.gate import parse_min_busbw
 from bench.timing.loop import MODES
+from bench.timing.stats import RANK_REDUCTIONS
 from bench.units import dtype_name, parse_dtype, parse_op, parse_size, size_sweep, sweep_sizes
 from bench.suite import RunConfig, at_least
 
@@ -27,6 +28,9 @@ class CollectivesConfig(RunConfig):
     roots: tuple[int, ...] = (0,)  # for rooted collectives only
     placements: tuple[str, ...] = PLACEMENTS  # where the collective has them
     modes: tuple[str, ...] = ("latency",)
+    # how every rank's time of one iteration becomes the figure: max | avg | min | rank0 (nccl-tests' -a
+    # 3 / 1 / 2 / 0); auto: avg in the nccl-tests mode (nccl-tests' default), max (the slowest rank) otherwise
+    rank_reduce: str = "auto"
     sizes: tuple[str, ...] = ()  # explicit sizes; when empty, the min/max/step sweep
     min_bytes: str = "1K"
     max_bytes: str = "64M"
@@ -47,6 +51,8 @@ class CollectivesConfig(RunConfig):
         for m in self.modes:
             if m not in MODES:
                 raise unknown("timing mode", m, MODES)
+        if self.rank_reduce not in ("auto", *RANK_REDUCTIONS):
+            raise unknown("rank reduction", self.rank_reduce, ("auto", *RANK_REDUCTIONS))
         for p in self.placements:
             if p not in PLACEMENTS:
                 raise unknown("placement", p, PLACEMENTS)

@@ -25,6 +25,7 @@ from bench.results.gate import min_busbw_failures, parse_min_busbw
 from bench.results.rundir import RunDir
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop
+from bench.timing.stats import rank_reduce_for
 from bench.timing.profile import profile_ops, relative, size_note, size_profiled, trace_file
 from bench.timing.timers import sync
 from bench.units import parse_dtype
@@ -52,7 +53,10 @@ def add_options(p):
     p.add_argument("--op", "--ops", dest="ops", default=None, help="sum | avg | max | min | product (comma list)")
     p.add_argument("--root", "--roots", dest="roots", default=None, help="comma list of root ranks")
     p.add_argument("--placement", dest="placements", default=None, help="out-of-place,in-place")
-    p.add_argument("--mode", "--modes", dest="modes", default=None, help="latency,throughput")
+    p.add_argument("--mode", "--modes", dest="modes", default=None, help="latency,throughput,nccl-tests")
+    p.add_argument("--rank-reduce", dest="rank_reduce", default=None,
+                   help="figure from the ranks' times: max | avg | min | rank0 (nccl-tests -a 3/1/2/0); "
+                        "default auto: avg in the nccl-tests mode, max otherwise")
     p.add_argument("--sizes", default=None, help="explicit sizes, e.g. 4K,1M,64M (overrides the sweep)")
     p.add_argument("-b", "--min-bytes", dest="min_bytes", default=None, help="sweep start, e.g. 1K")
     p.add_argument("-e", "--max-bytes", dest="max_bytes", default=None, help="sweep end, e.g. 64M")
@@ -74,7 +78,7 @@ def add_options(p):
 
 
 def options(args) -> dict:
-    ov = overrides(args, ("collectives", "dtypes", "ops", "placements", "modes", "sizes", "min_bytes", "max_bytes",
+    ov = overrides(args, ("rank_reduce", "collectives", "dtypes", "ops", "placements", "modes", "sizes", "min_bytes", "max_bytes",
                           "step_factor", "warmup", "iters", "budget_s", "check", "skip_unsupported", "blocking", "min_busbw"))
     if args.roots is not None:
         ov["roots"] = int_list(args.roots, "root")
@@ -158,7 +162,7 @@ def measure(unit: Unit, launch) -> dict:
             continue
         key = {"run_id": launch.run_id, "case_id": case.case_id, "size_bytes": size, "placement": placement}
         cols, ranks, samples = timed_tables(key, per_rank, size, coll.bus_factor(info.world), launch.hosts,
-                                            launch.node_ranks)
+                                            launch.node_ranks, rank_reduce_for(cfg.rank_reduce, loop.mode))
         tables["results"].append({
             **launch.base_row(), **key, "collective": case.collective, "algorithm": "native", "count": ctx.count,
             "dtype": case.dtype, "op": case.op, "root": case.root, "mode": case.mode, "blocking": loop.blocking, "warmup_iters": loop.warmup,

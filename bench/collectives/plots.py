@@ -83,8 +83,9 @@ def section(entries: list[Entry], out_dir: Path) -> Section:
         sec.missing.append(f"{lab}: no samples table (raw per-iteration times); its bands use time_p25_s/time_p75_s")
     res, band_how = with_band(res, samples)
     sec.notes.append(band_how)
-    sec.notes.append("busbw = algbw x bus factor (nccl-tests PERFORMANCE.md); time = median over iterations of the "
-                     "slowest rank; '*' in the tables marks a noisy row (IQR/median > 0.1).")
+    sec.notes.append("busbw = algbw x bus factor (nccl-tests PERFORMANCE.md); time = median over iterations, "
+                     "reduced over ranks as the row's rank_reduce says (max: the slowest rank; avg: nccl-tests' "
+                     "default), in the row's mode; '*' in the tables marks a noisy row (IQR/median > 0.1).")
     multi = res["_label"].nunique() > 1
     for coll in sorted(res["collective"].dropna().unique()):
         c = res[res["collective"] == coll]

@@ -11,6 +11,7 @@ rank dies with its launcher (PR_SET_PDEATHSIG), so `kill -9` of the launcher lea
 """
 
 import ctypes
+import gc
 import json
 import os
 import signal
@@ -138,6 +139,18 @@ def _fault(index: int, rank: int):
         dist.all_reduce(torch.zeros(1000 + rank))
 
 
+def release_between_cases(device: torch.device):
+    """Before each unit: what the previous one left behind is freed, so that the peaks a unit
+    records are its own. gc.collect() frees reference cycles (a trainer's modules, activations and
+    optimizer state can sit in one until the collector happens to run); empty_cache() gives the
+    freed blocks back (reserved memory would otherwise carry over); reset_peak_memory_stats()
+    starts the peaks at what is still allocated. Only this rank's own device is touched."""
+    gc.collect()
+    if device.type == "cuda" and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def _quiet_stop(signum, frame):
     """Ctrl-C / SIGTERM reach the ranks through the launcher, which reports once: no traceback here."""
     os._exit(128 + signum)
@@ -212,6 +225,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
             _note_progress(run_dir, info.rank, i, k, "entered")
             if live:
                 live.unit(unit, n, len(todo))
+            release_between_cases(info.device)
             dog.arm(k, case_limit_s(kind, cfg, unit))
             try:
                 tables = kind.measure(unit, launch)

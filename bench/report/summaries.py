@@ -5,6 +5,7 @@ and the gate quote. Never reads anything but the run."""
 import math
 
 from bench.report.format import mib, nbytes, num, pct
+from bench.timing.stats import figure_text
 
 
 def _rows(run, table: str = "results") -> list[dict]:
@@ -32,7 +33,8 @@ def _footer(rows: list[dict], run, what: str = "rows") -> list[str]:
 
 def collectives_summary(run) -> str:
     rows = _rows(run)
-    out = ["#", "# Summary (time = median over iterations of the slowest rank; busbw per nccl-tests PERFORMANCE.md)"]
+    figures = sorted({figure_text(r["mode"], r.get("rank_reduce") or "max") for r in rows})
+    out = ["#", "# Summary (busbw per nccl-tests PERFORMANCE.md; time = " + "; ".join(figures) + ")"]
     cases: dict[str, list[dict]] = {}
     for r in rows:
         cases.setdefault(r["case_id"], []).append(r)
@@ -75,6 +77,9 @@ def allreduce_summary(run) -> str:
         part = {n: [r for r in t if (r["dtype"], r["op"], r["mode"]) == key] for n, t in tables.items()}
         if len(blocks) > 1:
             out += ["#", f"# ===== dtype={key[0]} op={key[1]} mode={key[2]} ====="]
+        figures = sorted({m.get("figure") or "" for m in part["model"]} - {""})
+        if figures:  # what the fit, the crossover and the predictions below are made from
+            out += ["#", f"# Fit, crossover and predictions below use: {'; '.join(figures)}"]
         out += _model_block(part)
     return "\n".join(out)
 

@@ -22,7 +22,8 @@ class _Printer:
 
 class CollectivesLive(_Printer):
     """size count type redop root | time algbw busbw #wrong, for out-of-place then in-place. Time is
-    the median over iterations of the max over ranks, in microseconds; '*' marks a noisy row."""
+    the median over iterations reduced over ranks as the row says (rank_reduce; max: the slowest rank),
+    in microseconds; '*' marks a noisy row."""
 
     def start(self, launch, units):
         self.cases = list(dict.fromkeys(u.case for u in units))
@@ -57,7 +58,8 @@ class CollectivesLive(_Printer):
 
 class AllreduceLive(_Printer):
     """Allreduce algorithms side by side, one line per size (one time/busbw pair per algorithm);
-    time is the median over iterations of the slowest rank in microseconds; '*' a noisy cell."""
+    time is the median over iterations reduced over ranks as the rows say (rank_reduce; max: the slowest
+    rank), in microseconds; '*' a noisy cell."""
 
     CELL = 19
 

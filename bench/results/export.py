@@ -1,8 +1,8 @@
 """A distbench run as a pytest-benchmark saved run (JSON), so `pytest-benchmark compare` reads it.
 
 One benchmark per results row (case, size, placement). `stats.data` holds the raw per-iteration
-samples: for communication kinds the per-iteration max over ranks (completion time, the same
-statistic the row's time_median_s summarizes), from samples.parquet; for training kinds the
+samples: for communication kinds the per-iteration time reduced over ranks as the row's
+rank_reduce says (max: the completion time; the same statistic the row's time_median_s summarizes), from samples.parquet; for training kinds the
 per-step wall time (max over ranks) from strategy_steps.parquet. A row without raw samples gets
 its median as the only datum. The statistics fields are pytest-benchmark's own (its Stats class),
 so the numbers match what pytest-benchmark would have computed from the same data.
@@ -15,6 +15,8 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.kind import BASE_KEYS, KINDS
 from bench.results.store import load_run
+
+RANK_AGG = {"max": "max", "avg": "mean", "min": "min", "rank0": "first"}  # bench.timing.stats.reduce_ranks
 
 _EXTRA = ("busbw_gbps", "algbw_gbps", "bus_factor", "wrong", "noisy", "samples_per_s", "tokens_per_s",
           "peak_memory_bytes", "bubble_measured", "degraded", "oversubscribed", "throttled")
@@ -39,9 +41,16 @@ def _samples_by_case(run) -> dict:
     out = {}
     s = run.tables.get("samples")
     if s is not None and len(s):
-        per_iter = s.groupby(["case_id", "size_bytes", "placement", "iteration"], sort=False)["seconds"].max()
-        for (case, size, place), g in per_iter.groupby(level=[0, 1, 2], sort=False):
-            out[(str(case), int(size), str(place))] = [float(x) for x in g.values]
+        res = run.tables.get("results")
+        how = {}  # (case, size, placement) -> the row's rank_reduce (max when the row has none)
+        if res is not None and "rank_reduce" in res:
+            for r in res[["case_id", "size_bytes", "placement", "rank_reduce"]].itertuples(index=False):
+                how[(str(r.case_id), int(r.size_bytes), str(r.placement))] = r.rank_reduce if isinstance(r.rank_reduce, str) else "max"
+        keys = ["case_id", "size_bytes", "placement"]
+        for (case, size, place), g in s.sort_values("rank").groupby(keys, sort=False):
+            k = (str(case), int(size), str(place))
+            per_iter = g.groupby("iteration", sort=True)["seconds"].agg(RANK_AGG.get(how.get(k, "max"), "max"))
+            out[k] = [float(x) for x in per_iter.values]
     steps = run.tables.get("strategy_steps")
     if steps is not None and len(steps):
         per_step = steps.groupby(["case_id", "step"], sort=False)["step_wall_s"].max()

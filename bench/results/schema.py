@@ -33,13 +33,14 @@ COLLECTIVE = {
     "op": "string",  # reduce op, "" for data movement
     "root": "int64",  # -1 where the collective has none
     "placement": "string",  # out-of-place | in-place
-    "mode": "string",  # latency | throughput
+    "mode": "string",  # latency | throughput | nccl-tests (bench/timing/loop.py says what each sample is)
+    "rank_reduce": "string",  # how the ranks' times of one iteration make the figure: max | avg | min | rank0 (nccl-tests -a)
     "blocking": "bool",  # throughput mode: each op waited for (True) or a block's ops in flight (False; PARAM --z 0)
     "warmup_iters": "int64",
     "iters": "int64",
     "samples": "int64",
     "warmup_op_s": "float64",
-    "time_median_s": "float64",  # median over iterations of the per-iteration max over ranks
+    "time_median_s": "float64",  # median over iterations of the iteration's time reduced over ranks (rank_reduce)
     "time_p5_s": "float64",  # 5th percentile (numpy linear), same samples
     "time_p25_s": "float64",  # 25th percentile
     "time_p75_s": "float64",  # 75th percentile
@@ -141,7 +142,7 @@ TELEMETRY = {
 # and the cost-model tables. Everything in `model`, `predictions` and `crossover` is model output.
 ALLREDUCE = {
     "messages": "int64",  # messages the busiest rank sends per call (a chunked ring: 2(n-1)*ceil(S/(n*chunk)))
-    "chunk_bytes": "int64",  # ring's pipelined chunk; 0 for the other algorithms
+    "chunk_bytes": "int64",  # ring's pipelined chunk (0: one chunk per segment, nccl's default); 0 for the other algorithms
     "variant": "string",  # "NCCL_ALGO=Tree" etc. of a native launch; "" when none is set
     "nccl_env": "string",  # JSON of every NCCL_* / TORCH_NCCL_* variable of the launch
     "model_steps": "float64",  # a(n) of t = a*alpha + b*S*beta
@@ -157,6 +158,7 @@ MODEL = {  # one row per fitted (algorithm, worlds) and per algorithm and world 
     "dtype": "string",
     "op": "string",
     "mode": "string",
+    "figure": "string",  # the measured time the fit is made from, in words (mode, rank reduction)
     "fit_worlds": "string",  # "2", "4", "2,4"
     "oversubscribed": "bool",  # any fitted point came from an oversubscribed launch
     "coefficients": "string",  # a(n), b(n) in words
@@ -196,6 +198,7 @@ PREDICTIONS = {  # model output, never measurements
     "dtype": "string",
     "op": "string",
     "mode": "string",
+    "figure": "string",  # the measured time the fit behind the prediction is made from (mode, rank reduction)
     "fit_worlds": "string",  # the launches whose fit made the prediction
     "fit_oversubscribed": "bool",
     "world": "int64",
@@ -211,6 +214,7 @@ CROSSOVER = {  # tree vs ring, per measured world
     "dtype": "string",
     "op": "string",
     "mode": "string",
+    "figure": "string",  # the measured time compared (mode, rank reduction)
     "world": "int64",
     "oversubscribed": "bool",
     "measured_kind": "string",  # crossover | ring_always | tree_always | inverted | mixed
@@ -230,9 +234,9 @@ NCCL_TUNING = {
     "variant": "string",  # the launch's NCCL_ALGO / NCCL_PROTO setting, e.g. "NCCL_ALGO=Tree"
     "size_bytes": "int64",  # bytes of the all_reduce (NCCL's nBytes; the rows' size_bytes)
     "algorithm_asked": "string",  # NCCL_ALGO of the launch ("" when not set)
-    "algorithm_chosen": "string",  # Tree | Ring | CollNetDirect | CollNetChain | NVLS | NVLSTree | PAT
+    "algorithm_chosen": "string",  # Tree | Ring | CollNetDirect | CollNetChain | NVLS | NVLSTree | PAT | unknown
     "protocol_asked": "string",  # NCCL_PROTO of the launch ("" when not set)
-    "protocol_chosen": "string",  # LL | LL128 | Simple
+    "protocol_chosen": "string",  # LL | LL128 | Simple | unknown
     "matches_asked": "bool",  # the choice is within what was asked (False: NCCL fell back silently)
     "calls": "int64",  # log lines with this choice, over the launch's ranks
     "log_files": "int64",  # NCCL log files of the launch that were read

@@ -33,13 +33,18 @@ TOLERANCE = f"rtol={RTOL:g} atol={ATOL:g} (float32)"
 class Clock:
     """Compute intervals of the local module: (kind, stage, mb, start_s, end_s), kind in fwd |
     bwd | recompute (recompute lies inside a bwd interval), and communication waits (start_s,
-    end_s, peers). perf_counter on CPU; on CUDA, events on the current stream placed relative to
-    a reference event, resolved after the step's synchronize (a wait: events before and after it,
-    so the time the stream stalls on the transfer counts, not the host call, which under NCCL
-    returns at once)."""
+    end_s, peers). perf_counter on CPU; on CUDA, events on the current stream of every device the
+    process computes on (`devices`: layer puts consecutive groups on several GPUs, so a span
+    recorded on one device's stream would end when that device's part ends, not the span),
+    each placed relative to its device's reference event and resolved after the step's
+    synchronize: a span runs from the earliest device's start to the latest device's end. A wait:
+    events before and after it, so the time the stream stalls on the transfer counts, not the host
+    call, which under NCCL returns at once."""
 
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
+    def __init__(self, device: torch.device, devices: list[torch.device] | None = None):
+        cuda = [d for d in dict.fromkeys(devices or [device]) if d.type == "cuda"]
+        self.cuda = bool(cuda)
+        self.devices = cuda
         self.phase = "fwd"
         self.reset()
 
@@ -49,20 +54,26 @@ class Clock:
         self._pending: list[tuple] = []
         self._pending_waits: list[tuple] = []
         if self.cuda:
-            self._ref = torch.cuda.Event(enable_timing=True)
-            self._ref.record()
+            self._refs = self._record()
             self._ref_host = time.perf_counter()
+
+    def _record(self) -> list:
+        """One timing event per device, recorded on that device's current stream."""
+        out = []
+        for d in self.devices:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record(torch.cuda.current_stream(d))
+            out.append(e)
+        return out
 
     @contextmanager
     def span(self, kind: str, stage: int = -1, mb: int = -1):
         if self.cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
+            a = self._record()
             try:
                 yield
             finally:
-                b.record()
-                self._pending.append((kind, stage, mb, a, b))
+                self._pending.append((kind, stage, mb, a, self._record()))
         else:
             t0 = time.perf_counter()
             try:
@@ -74,14 +85,11 @@ class Clock:
     def wait(self, peers=None):
         """Time a communication wait: host time on CPU, the stream's stall on CUDA."""
         if self.cuda:
-            a = torch.cuda.Event(enable_timing=True)
-            a.record()
+            a = self._record()
             try:
                 yield
             finally:
-                b = torch.cuda.Event(enable_timing=True)
-                b.record()
-                self._pending_waits.append((a, b, peers))
+                self._pending_waits.append((a, self._record(), peers))
         else:
             t0 = time.perf_counter()
             try:
@@ -89,9 +97,12 @@ class Clock:
             finally:
                 self.waits.append((t0, time.perf_counter(), peers))
 
-    def _at(self, a, b) -> tuple[float, float]:
-        start = self._ref_host + self._ref.elapsed_time(a) * 1e-3
-        return start, start + a.elapsed_time(b) * 1e-3
+    def _at(self, a: list, b: list) -> tuple[float, float]:
+        """Host seconds of the earliest start and the latest end over the devices (an event's
+        elapsed time is defined against an event of the same device only: its reference)."""
+        start = min(self._ref_host + ref.elapsed_time(x) * 1e-3 for ref, x in zip(self._refs, a))
+        end = max(self._ref_host + ref.elapsed_time(y) * 1e-3 for ref, y in zip(self._refs, b))
+        return start, end
 
     def resolve(self) -> list[tuple]:
         """All spans in seconds (call after the device is synchronized); resolves the waits too."""
@@ -194,7 +205,7 @@ class Trainer:
 
     def __init__(self, ctx: Ctx, module, batches, params):
         self.ctx, self.module, self.batches = ctx, module, batches
-        self.clock = Clock(ctx.device)
+        self.clock = Clock(ctx.device, self.device_list())  # every device it computes on (layer: several)
         self.loss_of = loss_fn(ctx.spec)
         self.opt = torch.optim.SGD(params, lr=ctx.lr) if params is not None else None
         self._last = None

@@ -52,13 +52,28 @@ def _solo_s(trainer, steps: int) -> float:
     for _ in range(steps):
         t0 = time.perf_counter()
         run()
-        sync(trainer.ctx.device)
+        trainer.sync()
         out.append(time.perf_counter() - t0)
     return float(np.median(out))
 
 
 # The pipeline rows' `degraded` on CUDA until a GPU run has checked the CUDA-event wait timing.
 CUDA_WAITS_UNVERIFIED = "bubble on CUDA: waits timed with CUDA events, not yet verified on a GPU"
+
+
+# The pipeline rows' `degraded` when stages sit on several nodes: host clocks of different nodes
+# are not comparable, so each rank's timeline is placed at its own exit from the step's barrier.
+MULTI_NODE_ALIGNED = ("bubble across nodes: each rank's timeline aligned at its exit from the step barrier "
+                      "(barrier exit skew between nodes not measured)")
+
+
+def aligned(rec: dict) -> tuple[tuple, list, list]:
+    """One rank's step on its own clock, shifted so that its step starts (barrier exit) at 0:
+    (span, compute intervals, waits)."""
+    t0 = rec["span"][0]
+    comp = [(a - t0, b - t0) for kind, _, _, a, b in rec["spans"] if kind in ("fwd", "bwd")]
+    waits = [(w[0] - t0, w[1] - t0, *w[2:]) for w in rec["waits"]]
+    return (0.0, rec["span"][1] - t0), comp, waits
 
 
 def with_note(degraded: str, note: str) -> str:
@@ -99,7 +114,7 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
         trainer.opt.zero_grad(set_to_none=True)
     for _ in range(cfg.warmup):
         trainer.step()
-    sync(info.device)
+    trainer.sync()  # every device it drives (layer, dp: several)
     comm.barrier()
     devices = trainer.device_list()
     host_reset = all([reset_peak(d) for d in devices])
@@ -157,9 +172,9 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
         comp = {r: [(a, b) for kind, _, _, a, b in f["recs"][k]["spans"] if kind in ("fwd", "bwd")]
                 for r, f in enumerate(facts)}
         waits = {r: f["recs"][k]["waits"] for r, f in enumerate(facts)}
-        if nodes > 1:  # clocks of different hosts are not comparable: own spans only
-            spans = {r: (0.0, e - s) for r, (s, e) in spans.items()}
-            waits = {r: [] for r in spans}
+        if nodes > 1:  # clocks of different hosts are not comparable: align each rank at its barrier exit
+            al = {r: aligned(f["recs"][k]) for r, f in enumerate(facts)}
+            spans, comp, waits = ({r: a[i] for r, a in al.items()} for i in range(3))
         per_step.append(breakdown(spans, comp, waits))
     walls = [bd[0].step_wall_s for bd in per_step]
     st = summarize(walls)
@@ -193,6 +208,8 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
     degraded = facts[0]["degraded"] or base_row["degraded"]
     if case.strategy == "pp" and base_row.get("device_type") == "cuda":
         degraded = with_note(degraded, CUDA_WAITS_UNVERIFIED)
+    if case.strategy == "pp" and nodes > 1:
+        degraded = with_note(degraded, MULTI_NODE_ALIGNED)
     mean = lambda n: float(np.mean([x[n] for x in ranks]))  # noqa: E731
     row = {**base_row, "case_id": case.case_id, "world": world, "degraded": degraded, "strategy": case.strategy,
            "model": case.model, "family": spec.family, "params": facts[0]["params"], "devices": devices,

@@ -10,6 +10,7 @@ blocked in the schedule's p2p waits is recorded separately (schedules._wait_batc
 """
 
 import inspect
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -121,21 +122,26 @@ def _patch_waits():
 
 
 def _instrument(stage, mod: StageModule, clock):
-    f_one, f_run, b_run = stage.forward_one_chunk, stage.forward_maybe_with_nosync, stage.backward_maybe_with_nosync
+    """Wrap the stage's compute calls in the clock. The wrappers live on the stage and reach it
+    through a weak reference and the class's functions (a bound method of the stage inside its own
+    attribute would be a reference cycle: the stage, its module and its activations would outlive
+    the case until the cycle collector ran, and count in the next case's memory peak)."""
+    cls, me = type(stage), weakref.ref(stage)
+    f_one, f_run, b_run = cls.forward_one_chunk, cls.forward_maybe_with_nosync, cls.backward_maybe_with_nosync
 
     def forward_one_chunk(fwd_chunk_id, *a, **k):
         mod.mb = fwd_chunk_id
-        return f_one(fwd_chunk_id, *a, **k)
+        return f_one(me(), fwd_chunk_id, *a, **k)
 
     def forward_maybe_with_nosync(*a, **k):
         with clock.span("fwd", mod.stage, mod.mb):
-            return f_run(*a, **k)
+            return f_run(me(), *a, **k)
 
     def backward_maybe_with_nosync(*a, **k):
         clock.phase = "bwd"
         try:
             with clock.span("bwd", mod.stage, -1):
-                return b_run(*a, **k)
+                return b_run(me(), *a, **k)
         finally:
             clock.phase = "fwd"
 
@@ -179,26 +185,26 @@ class PPTrainer(Trainer):
         if self.scaled:
             kw["scale_grads"] = True  # mean loss per micro-batch, grads / chunks = mean over the batch
         else:  # torch < 2.6 sums micro-batch grads: pre-scale the loss instead
-            kw["loss_fn"] = lambda out, y: self.loss_of(out, y) / ctx.chunks
+            loss_of, chunks = self.loss_of, ctx.chunks  # not self: the schedule must not hold the trainer
+            kw["loss_fn"] = lambda out, y: loss_of(out, y) / chunks
         self.schedule = cls(stages if v > 1 else stages[0], **kw)
         self._time_loss()
         self.first, self.last = 0 in self.stage_ids, self.n_stages - 1 in self.stage_ids
         self.last_rank = (self.n_stages - 1) % p
         self.role = "stages " + "+".join(map(str, self.stage_ids))
-        _patch_waits()
         self._loss_t = torch.zeros((), device=ctx.device)
 
     def _time_loss(self):
-        orig = getattr(self.schedule, "_maybe_compute_loss", None)
+        orig = getattr(type(self.schedule), "_maybe_compute_loss", None)
         if orig is None:
             return
-        clock = self.clock
+        clock, sched = self.clock, weakref.ref(self.schedule)  # weak: no cycle through the schedule (_instrument)
 
         def timed(stage, output, target_mbs, mb_index, *a, **k):
             if not stage.is_last:
-                return orig(stage, output, target_mbs, mb_index, *a, **k)
+                return orig(sched(), stage, output, target_mbs, mb_index, *a, **k)
             with clock.span("fwd", stage.stage_index, mb_index):  # the loss is part of the last forward
-                return orig(stage, output, target_mbs, mb_index, *a, **k)
+                return orig(sched(), stage, output, target_mbs, mb_index, *a, **k)
 
         self.schedule._maybe_compute_loss = timed
 
@@ -254,6 +260,10 @@ class PPTrainer(Trainer):
 def setup(ctx: Ctx) -> Trainer:
     if ctx.world < 2 and ctx.schedule != "interleaved":
         raise BenchError(f"pp needs world >= 2 (one stage per rank), got {ctx.world}")
+    # Import torch.distributed.pipelining (and patch its waits) here, not inside PPTrainer.__init__:
+    # the first import of it keeps a traceback whose frames reach back to the importing frame, and
+    # an __init__ frame would keep the first trainer (its modules, activations) alive for good.
+    _patch_waits()
     return PPTrainer(ctx)
 
 

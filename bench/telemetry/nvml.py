@@ -21,15 +21,25 @@ REASON_BITS = {
     0x400: "reliability",
 }
 IDLE_BIT = 0x1
-# The reasons that mean the GPU ran slower than it could (`throttled`): software power cap,
-# hardware slowdown (incl. its thermal and power-brake forms) and software thermal slowdown.
-# Not: idle, applications-clocks setting, sync boost, display clocks (settings or states, not limits).
-THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+# The reasons that mean the clocks were cut (`throttled`), nvml.h: HW slowdown (0x8) and its
+# thermal (0x40) and power-brake (0x80) forms, SW thermal slowdown (0x20). SW power cap (0x4) is
+# set whenever the board sits at its power limit, also when the clocks are still at the
+# application clock; it counts only when the SM clock of the same sample is below the
+# application clock (nvmlDeviceGetApplicationsClock). Not: idle, applications-clocks setting,
+# sync boost, display clocks, board limit, reliability (settings or states, not cuts).
+CUT_BITS = 0x8 | 0x20 | 0x40 | 0x80
+SW_POWER_CAP_BIT = 0x4
 
 
-def throttled(mask: int) -> bool:
-    """Does a clock-event reason mask say the clocks were limited (see THROTTLE_BITS)?"""
-    return bool(int(mask) & THROTTLE_BITS)
+def throttled(mask: int, sm_clock_mhz: float | None = None, app_clock_mhz: float | None = None) -> bool:
+    """Does one sample say the clocks were cut? `mask`: its clock-event reasons; the clocks: the
+    same sample's SM clock and application SM clock (None: not read, and SW power cap then
+    proves nothing)."""
+    mask = int(mask)
+    if mask & CUT_BITS:
+        return True
+    return bool(mask & SW_POWER_CAP_BIT and sm_clock_mhz is not None and app_clock_mhz
+                and sm_clock_mhz < app_clock_mhz)
 
 
 def reading_label(samples: int) -> str:
@@ -169,6 +179,7 @@ class GpuProbe:
             (("energy_j",), lambda: (nv_.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0,)),  # mJ -> J
             (("sm_clock_mhz",), lambda: (nv_.nvmlDeviceGetClockInfo(handle, CLOCK_SM),)),
             (("mem_clock_mhz",), lambda: (nv_.nvmlDeviceGetClockInfo(handle, CLOCK_MEM),)),
+            (("app_sm_clock_mhz",), lambda: (nv_.nvmlDeviceGetApplicationsClock(handle, CLOCK_SM),)),
             (("temperature_c",), lambda: (nv_.nvmlDeviceGetTemperature(handle, TEMPERATURE_GPU),)),
             (("clock_event_reasons",), self._reasons),
             (("pcie_tx_bytes", "pcie_rx_bytes"), self._pcie),

@@ -88,10 +88,19 @@ def summarize(nodes: list[dict], t0: float, t1: float, interval_s: float) -> dic
         seen = 0
         for m in masks:
             seen |= m
-        s["throttled"] = throttled(seen)  # limits only: not idle, app clocks, sync boost, display
+        s["throttled"] = any(throttled(m, sm, app) for m, sm, app in _reason_samples(per_dev))  # cuts only
         s["throttle_reasons"] = ",".join(reason_names(seen))
     s["telemetry_missing"] = missing_text(nodes)
     return s
+
+
+def _reason_samples(per_dev):
+    """(mask, SM clock, application SM clock) of every sample that read the reasons; the clocks of
+    the same device at the same instant (one probe reads them together), None when not read."""
+    for d in per_dev.values():
+        sm, app = dict(d.get("sm_clock_mhz", [])), dict(d.get("app_sm_clock_mhz", []))
+        for t, m in d.get("clock_event_reasons", []):
+            yield int(m), sm.get(t), app.get(t)
 
 
 def counter_delta(per_dev, metric: str):

@@ -1,11 +1,22 @@
 """The measured loop shared by every communication benchmark.
 
-Two modes, named in every row:
-- latency: barrier, then one op per timed iteration; one sample per iteration.
-- throughput: ops back to back under one timer, divided by their number (nccl-tests' default);
-  repeated in `blocks` blocks so that spread can be reported. blocking=True waits for each op
-  before issuing the next; blocking=False issues the block's ops asynchronously and waits for
-  them all at the end, several in flight at once (PARAM comms.py's default, its `--z 0`).
+Three modes, named in every row (column `mode`; the reduction over ranks is `rank_reduce`):
+- latency: barrier, then one op per timed iteration; one sample per iteration. On CPU: host
+  time around the blocking call or work.wait(). On CUDA: device time on the current stream from
+  the moment the op could start to its end. The stream is first held by a spin kernel
+  (torch.cuda._sleep) while the host dispatches the op, and the start event is recorded behind
+  it, so the host's dispatch time is not in the sample; a sample whose hold ran out before the
+  dispatch had finished (the start event had already fired) is taken again with twice the hold.
+- throughput: ops back to back under one timer, divided by their number; repeated in `blocks`
+  blocks so that spread can be reported. blocking=True waits for each op before issuing the next;
+  blocking=False issues the block's ops asynchronously and waits for them all at the end, several
+  in flight at once (PARAM comms.py's default, its `--z 0`). On CUDA the timer is a pair of events
+  on the current stream (the first op's dispatch is inside the block).
+- nccl-tests: nccl-tests' own definition (src/common.cu, BenchTime, lines 726-772 at a0b82b2):
+  barrier, a host timer, the block's ops launched back to back in one stream (op(False): on CUDA
+  this only enqueues), one synchronisation of the device, host seconds / ops. Each block is one
+  such measurement; reported averaged over ranks by default, as nccl-tests' `-a 1` (see
+  bench.timing.stats.RANK_REDUCTIONS).
 Warm-up runs at every size. The iteration count adapts to a per-size time budget, with floors.
 
 Test only: DISTBENCH_TEST_SLOWDOWN=F (F > 1) makes every timed op really take F times as long (the
@@ -25,7 +36,9 @@ import torch
 
 from bench.timing.timers import make_timer, sync
 
-MODES = ("latency", "throughput")
+MODES = ("latency", "throughput", "nccl-tests")
+HOLD_CYCLES = 200_000  # first spin-kernel hold of a CUDA latency sample (~0.1 ms at ~2 GHz); doubled as needed
+MAX_HOLD_CYCLES = 200_000 << 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +81,21 @@ def _run(op: Callable, async_op: bool):
         work.wait()
 
 
+def _held_sample(op: Callable, timer, hold: list[int]) -> float:
+    """CUDA latency sample without the host's dispatch: hold the stream with a spin kernel, record
+    the start event behind it, dispatch the op; if the start event has already fired when the
+    dispatch returns, the hold was too short: take the sample again with twice the hold."""
+    while True:
+        torch.cuda._sleep(hold[0])
+        timer.start()
+        _run(op, async_op=True)
+        early = timer.started()
+        t = timer.stop()
+        if not early or hold[0] >= MAX_HOLD_CYCLES:
+            return t
+        hold[0] *= 2
+
+
 def iterations(spec: LoopSpec, warm_op_s: float) -> int:
     """Timed ops for a per-size budget, given the slowest rank's warm-up seconds per op."""
     want = math.ceil(spec.budget_s / warm_op_s) if warm_op_s > 0 else spec.max_iters
@@ -91,7 +119,12 @@ def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Call
     n = iterations(spec, agree_max(warm))
     samples: list[float] = []
     slow = _slowdown()
-    if spec.mode == "latency":
+    if spec.mode == "latency" and device.type == "cuda":
+        hold = [HOLD_CYCLES]
+        for _ in range(n):
+            barrier()
+            samples.append(_held_sample(op, timer, hold))
+    elif spec.mode == "latency":
         for _ in range(n):
             barrier()
             t0 = time.perf_counter()
@@ -99,6 +132,17 @@ def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Call
             _run(op, async_op=True)
             _stretch(t0, slow)
             samples.append(timer.stop())
+    elif spec.mode == "nccl-tests":
+        per_block = max(1, math.ceil(n / spec.blocks))
+        n = per_block * spec.blocks
+        for _ in range(spec.blocks):
+            barrier()
+            t0 = time.perf_counter()
+            for _ in range(per_block):
+                op(False)  # back to back in one stream
+            sync(device)  # one synchronisation
+            _stretch(t0, slow)
+            samples.append((time.perf_counter() - t0) / per_block)
     elif spec.mode == "throughput":
         per_block = max(1, math.ceil(n / spec.blocks))
         n = per_block * spec.blocks

@@ -64,6 +64,48 @@ def busbw_gbps(size_bytes: int, seconds: float, bus_factor: float) -> float:
     return algbw_gbps(size_bytes, seconds) * bus_factor
 
 
+# How one figure is made from every rank's time of the same iteration (column `rank_reduce`):
+# nccl-tests' `-a` (src/common.cu:119-120 `average = 1` by default; 321-326 and 1390:
+# 0 = rank 0, 1 = average, 2 = min, 3 = max, at a0b82b2). max: when the op had finished on every
+# rank (this suite's default for latency and throughput); avg: nccl-tests' default (the
+# nccl-tests mode's default).
+RANK_REDUCTIONS = ("max", "avg", "min", "rank0")
+
+
+def rank_reduce_for(asked: str, mode: str) -> str:
+    """The reduction a row uses: `asked`, or with "auto" avg for the nccl-tests mode, else max."""
+    if asked == "auto":
+        return "avg" if mode == "nccl-tests" else "max"
+    return asked
+
+
+MODE_TEXT = {
+    "latency": "latency mode (one op per sample; CUDA: device time without the host's dispatch)",
+    "throughput": "throughput mode (ops back to back under one timer, / ops)",
+    "nccl-tests": "nccl-tests mode (ops back to back in one stream, one sync, host time / ops)",
+}
+REDUCE_TEXT = {"max": "max over ranks", "avg": "average over ranks", "min": "min over ranks", "rank0": "rank 0's"}
+
+
+def figure_text(mode: str, rank_reduce: str) -> str:
+    """What a time figure is, in words: 'median over samples of latency mode (...), max over ranks'."""
+    return f"median over samples of {MODE_TEXT.get(mode, mode)}, {REDUCE_TEXT.get(rank_reduce, rank_reduce)}"
+
+
+def reduce_ranks(per_rank: np.ndarray, how: str = "max") -> np.ndarray:
+    """[ranks, iters] -> one time per iteration, reduced over ranks as RANK_REDUCTIONS says."""
+    x = np.asarray(per_rank, dtype=np.float64)
+    if how == "max":
+        return x.max(axis=0)
+    if how == "avg":
+        return x.mean(axis=0)
+    if how == "min":
+        return x.min(axis=0)
+    if how == "rank0":
+        return x[0]
+    raise ValueError(f"unknown rank reduction {how!r}")
+
+
 def completion_times(per_rank: np.ndarray) -> np.ndarray:
     """[ranks, iters] -> per-iteration max over ranks: when the collective finished everywhere."""
     return np.asarray(per_rank, dtype=np.float64).max(axis=0)

@@ -24,6 +24,10 @@ class CudaTimer:
     def start(self):
         self._a.record()
 
+    def started(self) -> bool:
+        """Has the start event been reached on the device already?"""
+        return self._a.query()
+
     def stop(self) -> float:
         self._b.record()
         self._b.synchronize()
