@@ -124,6 +124,14 @@ def _run_facts(run) -> dict:
             "git_sha": m.get("git_sha"), "git_dirty": m.get("git_dirty"), "command_line": m.get("command_line")}
 
 
+def _nccl_env(meta: dict) -> dict:
+    """Every NCCL_* / TORCH_NCCL_* variable of a run's launches (meta.json launches.*.nccl_env)."""
+    out = dict(meta.get("nccl_env") or {})
+    for la in (meta.get("launches") or {}).values():
+        out.update(la.get("nccl_env") or {})
+    return out
+
+
 def write(root, run_dirs, action: str, suite_path: str | None = None, dest: Path | None = None,
           rules=None) -> Path:
     """Make (or replace the current generation of) the baseline from `run_dirs`, one repeat each.
@@ -160,7 +168,8 @@ def write(root, run_dirs, action: str, suite_path: str | None = None, dest: Path
         "baseline_format": BASELINE_FORMAT, "schema_version": SCHEMA_VERSION,
         "fingerprint": prints[0].to_dict(), "slug": prints[0].slug(), "kind": kinds[0], "suite": suites[0],
         "suite_path": suite_path or old_meta.get("suite_path"), "config": runs[0].meta.get("config"),
-        "software": runs[0].meta.get("software"), "repeats": [_run_facts(r) for r in runs],
+        "software": runs[0].meta.get("software"), "cluster": runs[0].meta.get("cluster"),
+        "nccl_env": _nccl_env(runs[0].meta), "repeats": [_run_facts(r) for r in runs],
         "generation": generation, "action": action, "recorded_utc": now,
         "history": [*old_meta.get("history", []), {"generation": generation, "action": action, "recorded_utc": now,
                                                    "runs": [_run_facts(r)["run_id"] for r in runs]}],
@@ -175,9 +184,9 @@ def write(root, run_dirs, action: str, suite_path: str | None = None, dest: Path
     if samples:
         write_parquet(pd.concat(samples, ignore_index=True), dest / "samples.parquet")
     cmp = compare_rows(results, results.iloc[0:0], kinds[0], rules or Rules())
-    summary = public(cmp.cases).drop(columns=["current", "ratio", "worse", "verdict", "wrong", "throttled"], errors="ignore")
+    summary = public(cmp.cases).drop(columns=["current", "ratio", "worse", "residual", "verdict", "wrong", "throttled"], errors="ignore")
     if len(summary):
-        summary["unstable"] = [not (b <= (rules or Rules()).max_band) for b in summary["band"]]
+        summary["unstable"] = [not (b <= (rules or Rules()).max_case_band) for b in summary["band"]]
     summary.to_csv(dest / "cases.csv", index=False, float_format="%.6g")
     write_json(meta, dest / "meta.json")
     return dest
