@@ -228,3 +228,79 @@ def test_slowdown_patterns(monkeypatch):
         monkeypatch.setenv("DISTBENCH_TEST_SLOWDOWN", bad)
         with pytest.raises(BenchError, match="DISTBENCH_TEST_SLOWDOWN"):
             loop.slowdown_for("all_reduce", 4 * MiB)
+
+
+# ---------------------------------------------------------------------------------------------
+# `distbench gate --against REV`: a temporary worktree of REV, interleaved launches, cleaned up
+
+
+def _repo(tmp: Path) -> Path:
+    import subprocess
+
+    repo = tmp / "repo"
+    (repo / "suites").mkdir(parents=True)
+    (repo / "suites/smoke.toml").write_text('kind = "collectives"\nname = "smoke"\n')
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"]):
+        subprocess.run(["git", *cmd], cwd=repo, check=True, capture_output=True)
+    return repo
+
+
+def test_gate_against_rev_interleaves_in_a_temporary_worktree(tmp_path, monkeypatch):
+    import subprocess
+
+    from bench.results import ab
+    from test_compare_gate import TRUE, make_run, noisy
+
+    repo = _repo(tmp_path)
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("DISTBENCH_TEST_SLOWDOWN", "all_reduce=1.5")
+    rng = np.random.default_rng(0)
+    calls = []
+
+    def fake_run(kind, suite, out, cwd=None, env=None, ok_codes=(0,)):
+        base = cwd is not None
+        calls.append({"base": base, "suite": Path(suite), "cwd": cwd, "pythonpath": env.get("PYTHONPATH"),
+                      "slowdown": env.get("DISTBENCH_TEST_SLOWDOWN"), "tree_has_suite": base and (Path(cwd) / "suites/smoke.toml").exists()})
+        t = noisy(rng, 0.03)
+        if not base:
+            t = {k: v * (1.5 if k[0] == "all_reduce" else 1.0) for k, v in t.items()}
+        return make_run(tmp_path / "runs", f"{'a' if base else 'b'}{len(calls)}", t)
+
+    v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=3, out=tmp_path / "out", run=fake_run, log=lambda m: None)
+    assert [c["base"] for c in calls] == [True, False] * 3  # A B A B A B
+    for c in calls:
+        if c["base"]:
+            assert c["pythonpath"] == str(c["cwd"]) and c["slowdown"] is None and c["tree_has_suite"]
+            assert c["suite"] == Path(c["cwd"]) / "suites/smoke.toml"  # REV's own copy of the suite
+        else:
+            assert c["slowdown"] == "all_reduce=1.5"
+    assert v.exit_code == 1 and "all_reduce" in v.reason, v.reason
+    assert "against" in v.to_text() and "all_reduce" in v.to_markdown()
+    assert not Path(calls[0]["cwd"]).exists()  # the worktree is gone ...
+    listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    assert len(listed.strip().splitlines()) == 1  # ... and unregistered
+    assert TRUE
+
+
+def test_gate_against_a_missing_rev_is_exit_3(tmp_path, monkeypatch):
+    from bench.results import ab
+
+    monkeypatch.chdir(_repo(tmp_path))
+    v = ab.gate_against("0123456789abcdef0123456789abcdef01234567", "suites/smoke.toml", pairs=2,
+                        run=lambda *a, **k: pytest.fail("nothing may run"), log=lambda m: None)
+    assert v.exit_code == 3 and "cannot check out" in v.reason
+
+
+def test_gate_against_cli_usage_errors(tmp_path, monkeypatch, capsys):
+    from bench.results import cli as rcli
+    import argparse
+
+    monkeypatch.chdir(_repo(tmp_path))
+    parser = argparse.ArgumentParser()
+    rcli.add_parser(parser.add_subparsers())
+    for argv, msg in ((["gate", "--pairs", "3", "--suite", "suites/smoke.toml"], "--against"),
+                      (["gate", "--against", "HEAD", "--current", "x"], "--suite"),
+                      (["gate", "--against", "HEAD", "--suite", "suites/smoke.toml", "--pairs", "1"], "at least 2")):
+        args = parser.parse_args(argv)
+        with pytest.raises(BenchError, match=msg):
+            args.func(args)

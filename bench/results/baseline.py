@@ -223,12 +223,13 @@ def toml_text(values: dict) -> str:
 
 
 def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float = 900, quiet: bool = True,
-              ok_codes=(0,)) -> Path:
+              ok_codes=(0,), cwd=None, env=None) -> Path:
     """`python -m bench <kind> --suite S --out OUT [extra]` in a fresh process; the run directory.
-    ok_codes: exit codes accepted (the gate accepts 1, wrong results, and fails on them itself)."""
+    ok_codes: exit codes accepted (the gate accepts 1, wrong results, and fails on them itself).
+    cwd / env: where and with what environment (the A/B gate runs another revision's tree)."""
     cmd = [sys.executable, "-m", "bench", kind, "--suite", str(suite_path), "--out", str(out), *extra_args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
         raise BenchError(f"`{' '.join(cmd)}` did not finish in {timeout_s:.0f} s") from None
     found = re.findall(r"^# results: (.+)$", proc.stdout, flags=re.M)
@@ -238,7 +239,8 @@ def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float = 900,
         tail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
         what = "without a results directory" if not found else "(a failed run cannot be used)"
         raise BenchError(f"`{' '.join(cmd)}` exited {proc.returncode} {what}: {tail}")
-    return Path(found[-1].strip())
+    found = Path(found[-1].strip())
+    return found if found.is_absolute() or cwd is None else Path(cwd) / found
 
 
 def record(suite_path, repeats: int, root=DEFAULT_ROOT, out="results", rules=None, log=print) -> Path:
