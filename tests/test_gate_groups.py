@@ -266,8 +266,8 @@ def test_gate_against_rev_interleaves_in_a_temporary_worktree(tmp_path, monkeypa
             t = {k: v * (1.5 if k[0] == "all_reduce" else 1.0) for k, v in t.items()}
         return make_run(tmp_path / "runs", f"{'a' if base else 'b'}{len(calls)}", t)
 
-    v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=3, out=tmp_path / "out", run=fake_run, log=lambda m: None)
-    assert [c["base"] for c in calls] == [True, False] * 3  # A B A B A B
+    v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=4, out=tmp_path / "out", run=fake_run, log=lambda m: None)
+    assert [c["base"] for c in calls] == [True, False, False, True] * 2  # A B, B A, A B, B A
     for c in calls:
         if c["base"]:
             assert c["pythonpath"] == str(c["cwd"]) and c["slowdown"] is None and c["tree_has_suite"]
@@ -286,7 +286,7 @@ def test_gate_against_a_missing_rev_is_exit_3(tmp_path, monkeypatch):
     from bench.results import ab
 
     monkeypatch.chdir(_repo(tmp_path))
-    v = ab.gate_against("0123456789abcdef0123456789abcdef01234567", "suites/smoke.toml", pairs=2,
+    v = ab.gate_against("0123456789abcdef0123456789abcdef01234567", "suites/smoke.toml", pairs=3,
                         run=lambda *a, **k: pytest.fail("nothing may run"), log=lambda m: None)
     assert v.exit_code == 3 and "cannot check out" in v.reason
 
@@ -300,7 +300,7 @@ def test_gate_against_cli_usage_errors(tmp_path, monkeypatch, capsys):
     rcli.add_parser(parser.add_subparsers())
     for argv, msg in ((["gate", "--pairs", "3", "--suite", "suites/smoke.toml"], "--against"),
                       (["gate", "--against", "HEAD", "--current", "x"], "--suite"),
-                      (["gate", "--against", "HEAD", "--suite", "suites/smoke.toml", "--pairs", "1"], "at least 2")):
+                      (["gate", "--against", "HEAD", "--suite", "suites/smoke.toml", "--pairs", "2"], "at least 3")):
         args = parser.parse_args(argv)
         with pytest.raises(BenchError, match=msg):
             args.func(args)

@@ -4,7 +4,7 @@ A stored baseline cannot tell a slower host from a slower commit (issue 18: unch
 `make gate` on another host of the baseline's machine class). So, as asv's `continuous` runs the
 base and the new commit back to back on one machine and pyperf compares runs taken together, the
 base revision REV is checked out in a temporary git worktree and both revisions run the suite in
-fresh launches on this machine, interleaved A B A B ... over P pairs, with the same python and
+fresh launches on this machine, interleaved over P pairs (A B, B A, A B, ...), with the same python and
 venv (PYTHONPATH points at REV's tree, so `python -m bench` imports REV's code). The base only
 needs `python -m bench <kind> --suite FILE --out DIR`, so a REV older than this option works.
 Then bench.results.gate.gate_ab judges the candidate's launches against the base's.
@@ -29,6 +29,7 @@ from bench.results.gate import NOT_COMPARABLE, Verdict, gate_ab
 from bench.results.store import load_run
 
 DEFAULT_PAIRS = 5  # 10 launches of the smoke suite: about 4 minutes on 2 cores
+MIN_PAIRS = 3
 
 
 class CannotCheckOut(Exception):
@@ -75,18 +76,23 @@ def run_pairs(kind: str, suite, tree: Path, pairs: int, out: Path, log=print,
     base_suite = tree / rel if rel is not None and (tree / rel).exists() else suite  # REV's own copy when it has one
     a, b = [], []
     for p in range(pairs):
-        log(f"# gate A/B pair {p + 1}/{pairs}: base")
-        a.append(run(kind, base_suite, out / "base", cwd=tree, env=arm_env(tree), ok_codes=(0, 1)))
-        log(f"# gate A/B pair {p + 1}/{pairs}: candidate")
-        b.append(run(kind, suite, out / "candidate", env=arm_env(None), ok_codes=(0, 1)))
+        # A B, B A, A B, ...: each revision goes first in half the pairs, so a position effect (the
+        # second launch of a pair running on a warmer or busier machine) and linear drift cancel
+        for arm in (("base", "candidate") if p % 2 == 0 else ("candidate", "base")):
+            log(f"# gate A/B pair {p + 1}/{pairs}: {arm}")
+            if arm == "base":
+                a.append(run(kind, base_suite, out / "base", cwd=tree, env=arm_env(tree), ok_codes=(0, 1)))
+            else:
+                b.append(run(kind, suite, out / "candidate", env=arm_env(None), ok_codes=(0, 1)))
     return a, b
 
 
 def gate_against(rev: str, suite, *, pairs: int = DEFAULT_PAIRS, out="results", rules: Rules | None = None,
                  warn_only: bool = False, log=print, run: Callable = bl.run_suite) -> Verdict:
     """The A/B verdict of the working tree against REV on this machine."""
-    if pairs < 2:
-        raise BenchError(f"--pairs {pairs}: the A/B gate needs at least 2 pairs (a variance per arm); default {DEFAULT_PAIRS}")
+    if pairs < MIN_PAIRS:
+        raise BenchError(f"--pairs {pairs}: the A/B gate needs at least {MIN_PAIRS} pairs (2 leave a variance of 2 degrees "
+                         f"of freedom, too few to trust); default {DEFAULT_PAIRS}")
     kind = bl.suite_kind(suite)
     out = Path(out).resolve() / "gate-ab"
     try:
