@@ -304,3 +304,43 @@ def test_gate_against_cli_usage_errors(tmp_path, monkeypatch, capsys):
         args = parser.parse_args(argv)
         with pytest.raises(BenchError, match=msg):
             args.func(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# tools/gate_eval.py's doctored baselines (the script itself times launches: never run in tests)
+
+
+def _gate_eval():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gate_eval", ROOT / "tools/gate_eval.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("scenario, column, value, key, cfg, field", [
+    ("other-mode", "mode", "throughput", "modes", ["throughput"], "mode"),
+    ("other-blocking", "blocking", False, "blocking", 0, "blocking")])
+def test_gate_eval_other_settings_are_exit_3_naming_them(tmp_path, scenario, column, value, key, cfg, field):
+    ge = _gate_eval()
+    dest = tmp_path / scenario / COMMITTED.name
+    ge.other_setting(COMMITTED, dest, column, value, key, cfg)
+    rows = pd.read_parquet(COMMITTED / "results.parquet")
+    run = _committed_run(tmp_path / "cur", rows[rows["run_id"] == rows["run_id"].iloc[0]], "cur")
+    v = gate(dest, run)
+    assert v.exit_code == 3 and f"{field}" in v.reason, v.reason
+    assert ge.parse_scenarios("doctored,one-case") == ["doctored", "one-case"]
+    with pytest.raises(SystemExit) as e:
+        ge.parse_scenarios("one-case,nope")
+    assert e.value.code == 2
+
+
+def test_gate_eval_doctors_one_collective_only(tmp_path):
+    ge = _gate_eval()
+    dest = tmp_path / "doc" / COMMITTED.name
+    ge.doctor(COMMITTED, dest, 0.5, collective="all_reduce")
+    a, b = pd.read_parquet(COMMITTED / "results.parquet"), pd.read_parquet(dest / "results.parquet")
+    hit = a["collective"] == "all_reduce"
+    assert np.allclose(b.loc[hit, "time_median_s"], a.loc[hit, "time_median_s"] * 0.5)
+    assert np.allclose(b.loc[~hit, "time_median_s"], a.loc[~hit, "time_median_s"])
