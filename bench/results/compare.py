@@ -126,7 +126,7 @@ class Rules:
     geomean_tolerance: float = 0.10  # per kind, on the geometric mean of ratios
     alpha: float = 0.01  # one-sided: chance that an unchanged launch falls outside the band
     screen_alpha: float = 0.10  # the gate's first look: which cases to re-run (a false flag costs one launch)
-    max_band: float = 0.35  # a kind's or group's band wider than this: `unstable` (a 1.5x slowdown must clear it)
+    max_band: float = 0.50  # a kind's or group's band wider than this: `unstable` (a 1.5x slowdown could not clear it)
     max_case_band: float = 1.0  # a case's band wider than this: `unstable` (a 2x slowdown of one case must clear it)
     cases: dict = field(default_factory=dict)  # pattern -> tolerance
     source: str = "defaults"
@@ -376,8 +376,8 @@ def _decide(kind, cases, repeat_ids, rules: Rules, decide: float, launches: int,
     - launch factor of a launch: the median over the metric's cases of its worse-logs (a median,
       so that a slowdown confined to a minority of cases does not move it);
     - kind (the launch's common factor, the geometric mean over cases) judged on its own band;
-    - each group's median residual judged on its own band (alpha shared among the groups; a
-      median, so that one case's outlier in one launch is left to the case rule);
+    - each group's mean residual (a contrast against the launch's median case) judged on its own
+      band (alpha shared among the groups);
     - each case's residual judged on its own band."""
     cases = cases.copy()
     cases["residual"] = math.nan
@@ -421,7 +421,7 @@ def _decide(kind, cases, repeat_ids, rules: Rules, decide: float, launches: int,
         for name in dict.fromkeys(names):
             members = names.index[names == name]
             g = _aggregate({"metric": metric, "group": group_label(kind, name, names.unique()), "cases": len(members)},
-                           rb.loc[members].median(axis=0), rc.loc[members].median(axis=0), rules, decide / n_groups,
+                           rb.loc[members].mean(axis=0), rc.loc[members].mean(axis=0), rules, decide / n_groups,
                            launches, ab, len(members), reach_alpha=rules.alpha / n_groups)
             groups.append(g)
     return cases, pd.DataFrame(kinds), pd.DataFrame(groups)

@@ -21,6 +21,7 @@ Steps (docs/gate.md):
 """
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -215,7 +216,7 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
                 cmp = compare_rows(base.results, with_confirmation(current, confirm, kind), kind, rules)
                 # ... a kind and a group on the mean of both launches, against the two-launch band
                 both = compare_rows(base.results, pd.concat([_only(current, todo, keys), confirm]), kind, rules)
-                cmp.kinds, cmp.groups = both.kinds, both.groups
+                cmp.kinds, cmp.groups = both.kinds, _confirmed_groups(both.groups, compare_rows(base.results, confirm, kind, rules).groups)
                 cmp.cases["first_verdict"] = first.cases["verdict"].values
             except Exception as e:  # noqa: BLE001 - a failed re-run is reported; the flag stands
                 confirmation["error"] = f"confirmation re-run failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
@@ -332,6 +333,21 @@ def gate_ab(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, kind: str, *, rule
                            f"{int(gated['verdict'].isin(DECIDABLE).sum())} decidable case(s): no regression", **info)
     v.cases, v.kinds, v.groups, v.notes = cmp.cases, cmp.kinds, cmp.groups, notes
     return _finish(v)
+
+
+def _confirmed_groups(both: pd.DataFrame, fresh: pd.DataFrame) -> pd.DataFrame:
+    """A group regression on the mean of two launches stands only when the fresh launch alone also
+    shows the group worse than its tolerance (as a case needs both launches): one case's one-off
+    outlier in the first launch is not a group's slowdown."""
+    if both.empty or fresh.empty:
+        return both
+    out = both.copy()
+    alone = fresh.set_index(["metric", "group"])["_G"]
+    for i, r in out.iterrows():
+        g = alone.get((r["metric"], r["group"]))
+        if r["verdict"] == "regression" and g is not None and not g > math.log1p(r["tolerance"]):
+            out.at[i, "verdict"] = "ok"
+    return out
 
 
 def _finish(v: Verdict) -> Verdict:
