@@ -10,26 +10,21 @@ The rule (docs/gate.md has the reasoning and the numbers behind it):
   current / baseline where smaller is better (time, step time, memory, bubble fraction),
   baseline / current where bigger is better (busbw, samples/s, tokens/s).
 - Baseline center: the geometric mean of the baseline's repeat medians (one per fresh launch).
-- Noise band (per case and metric): a one-sided prediction bound for one new launch, on logs:
-      band_log = t_{1-alpha, R-1} * s * sqrt(1 + 1/R)
-  with R repeats and s the sample standard deviation (ddof=1) of log(repeat median).
-  Shown as band = exp(band_log) - 1 (e.g. +18%). No band with R < 2.
-- Threshold: worse by more than BOTH the tolerance and the band:
-      log(worse) > max(log(1 + tolerance), band_log)
-  Tolerance: 10% by default, 25% below 1 MiB (latency-bound sizes); per suite and per case in
-  a rules file (Rules.load).
-- `unstable`: no band (R < 2) or band > max_band (35%): the baseline's launches disagree too
-  much to decide; listed, never fails on its own and left out of the kind's geometric mean.
-- Per kind and gated metric: G = mean of log(worse) over the cases that have a value and a baseline
-  (ok / regression / improved / unstable; not wrong, throttled, missing). An unstable case cannot
-  fail alone, but it counts here with weight 1/n, because this mean has its own band from the
-  same repeats: g_r = mean over those cases of log(repeat_r / center), and
-      band_G = t_{1-alpha, R-1} * stdev(g_r) * sqrt(1 + 1/R);
-  regression when G > max(log(1 + geomean_tolerance), band_G). So a uniform 1.5x slowdown
-  fails even when every single case sits inside its own band. When the current rows hold m
-  launches (the gate's confirmation: m = 2, each case the geometric mean of its launches), the
-  band is the bound for a mean of m launches: t * stdev(g_r) * sqrt(1/m + 1/R). The kind is
-  `unstable` when even that two-launch band exceeds max_band.
+- Two-way model (issue 18; docs/gate.md has the decomposition of the committed baseline): per
+  metric, x_ir = log(worse) of case i in launch r = case + launch + residual. A launch's common
+  factor L_r is the median of x_ir over the metric's cases (robust to a minority of changed cases).
+- Three levels, each judged on its own band (two_sample: a prediction bound from the baseline's
+  repeats for a mean of m launches, t_{1-alpha,R-1} * s * sqrt(1/m + 1/R); or, A/B, Student's
+  pooled two-sample bound on R + m - 2 df), and each a regression when worse by more than BOTH its
+  tolerance and its band:
+    launch factor (the kind row): mean over cases of x_ir (the geometric mean of ratios), with
+      geomean_tolerance; what a uniform slowdown moves;
+    groups (KINDS[kind].group_by: per collective case_id, algorithm, strategy, schedule): mean
+      over the group's cases of x_ir - L_r, with geomean_tolerance and alpha / groups;
+    cases: x_ir - L_r with the case's tolerance (10%, 25% below 1 MiB, per suite and case in a
+      rules file, Rules.load); A/B: alpha / cases.
+- `unstable`: no band, a case band > max_case_band (100%), a kind or group band > max_band (50%)
+  for a mean of two launches: listed, never fails on its own.
 - Decision alpha: `alpha` for verdicts; the gate screens a first launch at the looser
   `screen_alpha` (0.10) only to choose what to re-run (docs/gate.md).
 - Current rows with `wrong` > 0 are `wrong`; rows telemetry marks `throttled` are `throttled`

@@ -1,4 +1,5 @@
-"""The regression gate: a current run against a stored baseline, with a confirmation re-run.
+"""The regression gate: a current run against a stored baseline, with a confirmation re-run;
+and gate_ab, the same rule on two revisions' interleaved launches on one machine (bench.results.ab).
 
     verdict = gate(baseline_dir, run_dir)      # baseline_dir: one baseline, or a root of them
     verdict.exit_code                          # 0 pass, 1 confirmed regression / wrong, 3 not comparable
@@ -6,16 +7,17 @@
 
 Steps (docs/gate.md):
 1. Comparable? The run's fingerprint (bench.results.fingerprint) must equal the baseline's, the
-   baseline must be of this schema version, of the same kind, and share at least one case.
-   Otherwise exit 3 with the reason.
-2. Compare (bench.results.compare: tolerance AND between-launch noise band per case; geometric
-   mean per kind with its own band; `unstable` cases cannot fail on their own).
+   baseline must be of this schema version, of the same kind, measured with the same settings
+   (settings_differences: mode, blocking, budget, iterations, dtype, NCCL_*, versions, driver),
+   and share at least one case. Otherwise exit 3 with the reason (each differing field named).
+2. Compare (bench.results.compare: each launch's common factor taken out; the launch factor, each
+   group and each case judged on its own band and tolerance; `unstable` cannot fail on its own).
 3. Any current row with `wrong` > 0: exit 1 at once (no confirmation needed).
-4. Flagged cases (case regressions, and every decidable case of a kind whose geometric mean
-   regressed, screened at the looser screen_alpha) are re-run once in a fresh launch. A case
-   then takes the better of its two launches; a kind's geometric mean is taken over both launches
-   and judged against the band for a mean of two. A regression stands only if it is still there
-   at alpha: exit 1.
+4. Flagged cases (case regressions, and every case of a metric whose launch factor or a group
+   regressed, screened at the looser screen_alpha) are re-run once in a fresh launch. A case then
+   takes the better of its two launches; the launch factor and the groups are taken over both
+   launches and judged against the band for a mean of two (a group also needs the fresh launch
+   alone beyond its tolerance). A regression stands only if it is still there at alpha: exit 1.
    Without a re-run (rerun=None) flagged regressions stand, marked unconfirmed.
 5. Nothing decidable at all (every case unstable/throttled): exit 3, "baseline cannot decide".
 """
