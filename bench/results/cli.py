@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError, unknown
+from bench.results import ab
 from bench.results import baseline as bl
 from bench.results import fingerprint as fp
 from bench.results import gate as gt
@@ -182,8 +183,6 @@ def cmd_gate(args) -> int:
 
 
 def _cmd_gate_ab(args, fmt: str) -> int:
-    from bench.results import ab
-
     if args.against is None:
         raise BenchError("--pairs is an A/B option: give --against REV too (e.g. --against HEAD~1)")
     if not args.suite or args.current or args.baseline:
