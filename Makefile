@@ -36,6 +36,7 @@ help:
 	@echo "make bench-collectives [SUITE=suites/x.toml WORLD=2 SIZES=4K,1M ARGS=...]"
 	@echo "make bench-allreduce | bench-pipeline CHUNKS=1,4,8 | bench-strategies | gpu-smoke"
 	@echo "make test"
+	@echo "make gate [SUITE=...] | gate-ab AGAINST=REV [PAIRS=5 SUITE=...]"
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -82,6 +83,16 @@ BASELINES ?= results/baselines
 GATE_EXIT ?= results/gate.exit
 gate: $(DEPS)
 	@mkdir -p $(dir $(GATE_EXIT)); rc=0; $(DISTBENCH) gate --suite $(or $(SUITE),suites/smoke.toml) --baseline $(BASELINES) $(ARGS) || rc=$$?; echo $$rc > $(GATE_EXIT); exit $$rc
+
+# Same-machine A/B gate (docs/gate.md, CI's gate): the suite for git revision $(AGAINST) (a temporary
+# worktree) and for the working tree, interleaved over $(PAIRS) pairs of fresh launches on this machine.
+# Exit code also written to $(GATE_AB_EXIT): 0 pass, 1 regression, 3 nothing to compare (REV not found).
+.PHONY: gate gate-ab
+GATE_AB_EXIT ?= results/gate-ab.exit
+PAIRS ?= 5
+gate-ab: $(DEPS)
+	@test -n "$(AGAINST)" || { echo "make gate-ab: give AGAINST=REV (e.g. AGAINST=HEAD~1)" >&2; exit 2; }
+	@mkdir -p $(dir $(GATE_AB_EXIT)); rc=0; $(DISTBENCH) gate --against $(AGAINST) --pairs $(PAIRS) --suite $(or $(SUITE),suites/smoke.toml) $(ARGS) || rc=$$?; echo $$rc > $(GATE_AB_EXIT); exit $$rc
 
 # distbench's own hot paths under pytest-benchmark (not part of `make test`).
 perf: $(DEPS)

@@ -190,7 +190,7 @@ def measure(unit: Unit, launch) -> dict:
         x = inputs.clone()
         with launch.tel.case(case.case_id, size_bytes=size, placement="in-place", algorithm=case.label) as tc:
             res = timed_loop(lambda _async: alg.allreduce(x, plan_), spec=loop, device=info.device,
-                             barrier=comm.barrier, agree_max=comm.reduce_max)
+                             barrier=comm.barrier, agree_max=comm.reduce_max, case=case.case_id, size_bytes=size)
         trace = None
         if size_profiled(cfg.profile, size):  # after the timed loop, outside it: timings unchanged
             run_dir = Path(cfg.out) / cfg.name / launch.run_id

@@ -145,7 +145,7 @@ def measure(unit: Unit, launch) -> dict:
         bufs = coll.setup(ctx)
         with launch.tel.case(case.case_id, size_bytes=size, placement=placement) as tc:
             res = timed_loop(lambda a: coll.call(ctx, bufs, a), spec=loop, device=info.device,
-                             barrier=comm.barrier, agree_max=comm.reduce_max)
+                             barrier=comm.barrier, agree_max=comm.reduce_max, case=case.case_id, size_bytes=size)
         trace = None
         if size_profiled(cfg.profile, size):  # after the timed loop, outside it: timings unchanged
             run_dir = RunDir.of(cfg, launch.run_id).path

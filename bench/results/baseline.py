@@ -124,6 +124,14 @@ def _run_facts(run) -> dict:
             "git_sha": m.get("git_sha"), "git_dirty": m.get("git_dirty"), "command_line": m.get("command_line")}
 
 
+def _nccl_env(meta: dict) -> dict:
+    """Every NCCL_* / TORCH_NCCL_* variable of a run's launches (meta.json launches.*.nccl_env)."""
+    out = dict(meta.get("nccl_env") or {})
+    for la in (meta.get("launches") or {}).values():
+        out.update(la.get("nccl_env") or {})
+    return out
+
+
 def write(root, run_dirs, action: str, suite_path: str | None = None, dest: Path | None = None,
           rules=None) -> Path:
     """Make (or replace the current generation of) the baseline from `run_dirs`, one repeat each.
@@ -160,7 +168,8 @@ def write(root, run_dirs, action: str, suite_path: str | None = None, dest: Path
         "baseline_format": BASELINE_FORMAT, "schema_version": SCHEMA_VERSION,
         "fingerprint": prints[0].to_dict(), "slug": prints[0].slug(), "kind": kinds[0], "suite": suites[0],
         "suite_path": suite_path or old_meta.get("suite_path"), "config": runs[0].meta.get("config"),
-        "software": runs[0].meta.get("software"), "repeats": [_run_facts(r) for r in runs],
+        "software": runs[0].meta.get("software"), "cluster": runs[0].meta.get("cluster"),
+        "nccl_env": _nccl_env(runs[0].meta), "repeats": [_run_facts(r) for r in runs],
         "generation": generation, "action": action, "recorded_utc": now,
         "history": [*old_meta.get("history", []), {"generation": generation, "action": action, "recorded_utc": now,
                                                    "runs": [_run_facts(r)["run_id"] for r in runs]}],
@@ -175,9 +184,9 @@ def write(root, run_dirs, action: str, suite_path: str | None = None, dest: Path
     if samples:
         write_parquet(pd.concat(samples, ignore_index=True), dest / "samples.parquet")
     cmp = compare_rows(results, results.iloc[0:0], kinds[0], rules or Rules())
-    summary = public(cmp.cases).drop(columns=["current", "ratio", "worse", "verdict", "wrong", "throttled"], errors="ignore")
+    summary = public(cmp.cases).drop(columns=["current", "ratio", "worse", "residual", "verdict", "wrong", "throttled"], errors="ignore")
     if len(summary):
-        summary["unstable"] = [not (b <= (rules or Rules()).max_band) for b in summary["band"]]
+        summary["unstable"] = [not (b <= (rules or Rules()).max_case_band) for b in summary["band"]]
     summary.to_csv(dest / "cases.csv", index=False, float_format="%.6g")
     write_json(meta, dest / "meta.json")
     return dest
@@ -214,12 +223,13 @@ def toml_text(values: dict) -> str:
 
 
 def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float = 900, quiet: bool = True,
-              ok_codes=(0,)) -> Path:
+              ok_codes=(0,), cwd=None, env=None) -> Path:
     """`python -m bench <kind> --suite S --out OUT [extra]` in a fresh process; the run directory.
-    ok_codes: exit codes accepted (the gate accepts 1, wrong results, and fails on them itself)."""
+    ok_codes: exit codes accepted (the gate accepts 1, wrong results, and fails on them itself).
+    cwd / env: where and with what environment (the A/B gate runs another revision's tree)."""
     cmd = [sys.executable, "-m", "bench", kind, "--suite", str(suite_path), "--out", str(out), *extra_args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
         raise BenchError(f"`{' '.join(cmd)}` did not finish in {timeout_s:.0f} s") from None
     found = re.findall(r"^# results: (.+)$", proc.stdout, flags=re.M)
@@ -229,7 +239,8 @@ def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float = 900,
         tail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
         what = "without a results directory" if not found else "(a failed run cannot be used)"
         raise BenchError(f"`{' '.join(cmd)}` exited {proc.returncode} {what}: {tail}")
-    return Path(found[-1].strip())
+    found = Path(found[-1].strip())
+    return found if found.is_absolute() or cwd is None else Path(cwd) / found
 
 
 def record(suite_path, repeats: int, root=DEFAULT_ROOT, out="results", rules=None, log=print) -> Path:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError, unknown
+from bench.results import ab
 from bench.results import baseline as bl
 from bench.results import fingerprint as fp
 from bench.results import gate as gt
@@ -57,6 +58,10 @@ def add_parser(sub):
     g.add_argument("--markdown", default=None, metavar="FILE",
                    help="also write the markdown summary here ($GITHUB_STEP_SUMMARY is appended to when set)")
     g.add_argument("--out", default="results", help="where --suite and confirmation runs are written")
+    g.add_argument("--against", default=None, metavar="REV",
+                   help="same-machine A/B instead of a stored baseline: run --suite for git revision REV (a temporary "
+                        "worktree, this python) and for the working tree, interleaved, and judge the pairs")
+    g.add_argument("--pairs", type=int, default=None, help="A/B launch pairs (default 5; with --against)")
     g.set_defaults(func=cmd_gate)
 
     e = sub.add_parser("export", help="export a run in another tool's format")
@@ -144,6 +149,8 @@ def cmd_baseline_update(args) -> int:
 
 def cmd_gate(args) -> int:
     fmt = _format(args.format)
+    if args.against is not None or args.pairs is not None:
+        return _cmd_gate_ab(args, fmt)
     if bool(args.current) == bool(args.suite):
         raise BenchError("give exactly one of --current RUN and --suite FILE")
     root = Path(args.baseline or bl.DEFAULT_ROOT)
@@ -172,6 +179,23 @@ def cmd_gate(args) -> int:
         except BenchError:
             rerun = None
     verdict = gt.gate(root, current, rules=rules, rerun=rerun, warn_only=args.warn_only)
+    return _report(verdict, fmt, args)
+
+
+def _cmd_gate_ab(args, fmt: str) -> int:
+    if args.against is None:
+        raise BenchError("--pairs is an A/B option: give --against REV too (e.g. --against HEAD~1)")
+    if not args.suite or args.current or args.baseline:
+        raise BenchError("--against REV runs a suite for both revisions: give --suite FILE, and neither --current nor --baseline")
+    if not str(args.against).strip():
+        raise BenchError("--against '': give a git revision, e.g. HEAD~1, main or a commit sha")
+    if not Path(args.suite).exists():
+        raise BenchError(f"suite file '{args.suite}' not found")
+    pairs = ab.DEFAULT_PAIRS if args.pairs is None else args.pairs
+    rules = Rules.load(args.rules) if args.rules else None
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    verdict = ab.gate_against(args.against, args.suite, pairs=pairs, out=args.out, rules=rules,
+                              warn_only=args.warn_only, log=log)
     return _report(verdict, fmt, args)
 
 

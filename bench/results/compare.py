@@ -10,26 +10,21 @@ The rule (docs/gate.md has the reasoning and the numbers behind it):
   current / baseline where smaller is better (time, step time, memory, bubble fraction),
   baseline / current where bigger is better (busbw, samples/s, tokens/s).
 - Baseline center: the geometric mean of the baseline's repeat medians (one per fresh launch).
-- Noise band (per case and metric): a one-sided prediction bound for one new launch, on logs:
-      band_log = t_{1-alpha, R-1} * s * sqrt(1 + 1/R)
-  with R repeats and s the sample standard deviation (ddof=1) of log(repeat median).
-  Shown as band = exp(band_log) - 1 (e.g. +18%). No band with R < 2.
-- Threshold: worse by more than BOTH the tolerance and the band:
-      log(worse) > max(log(1 + tolerance), band_log)
-  Tolerance: 10% by default, 25% below 1 MiB (latency-bound sizes); per suite and per case in
-  a rules file (Rules.load).
-- `unstable`: no band (R < 2) or band > max_band (35%): the baseline's launches disagree too
-  much to decide; listed, never fails on its own and left out of the kind's geometric mean.
-- Per kind and gated metric: G = mean of log(worse) over the cases that have a value and a baseline
-  (ok / regression / improved / unstable; not wrong, throttled, missing). An unstable case cannot
-  fail alone, but it counts here with weight 1/n, because this mean has its own band from the
-  same repeats: g_r = mean over those cases of log(repeat_r / center), and
-      band_G = t_{1-alpha, R-1} * stdev(g_r) * sqrt(1 + 1/R);
-  regression when G > max(log(1 + geomean_tolerance), band_G). So a uniform 1.5x slowdown
-  fails even when every single case sits inside its own band. When the current rows hold m
-  launches (the gate's confirmation: m = 2, each case the geometric mean of its launches), the
-  band is the bound for a mean of m launches: t * stdev(g_r) * sqrt(1/m + 1/R). The kind is
-  `unstable` when even that two-launch band exceeds max_band.
+- Two-way model (issue 18; docs/gate.md has the decomposition of the committed baseline): per
+  metric, x_ir = log(worse) of case i in launch r = case + launch + residual. A launch's common
+  factor L_r is the median of x_ir over the metric's cases (robust to a minority of changed cases).
+- Three levels, each judged on its own band (two_sample: a prediction bound from the baseline's
+  repeats for a mean of m launches, t_{1-alpha,R-1} * s * sqrt(1/m + 1/R); or, A/B, Student's
+  pooled two-sample bound on R + m - 2 df), and each a regression when worse by more than BOTH its
+  tolerance and its band:
+    launch factor (the kind row): mean over cases of x_ir (the geometric mean of ratios), with
+      geomean_tolerance; what a uniform slowdown moves;
+    groups (KINDS[kind].group_by: per collective case_id, algorithm, strategy, schedule): mean
+      over the group's cases of x_ir - L_r, with geomean_tolerance and alpha / groups;
+    cases: x_ir - L_r with the case's tolerance (10%, 25% below 1 MiB, per suite and case in a
+      rules file, Rules.load); A/B: alpha / cases.
+- `unstable`: no band, a case band > max_case_band (100%), a kind or group band > max_band (50%)
+  for a mean of two launches: listed, never fails on its own.
 - Decision alpha: `alpha` for verdicts; the gate screens a first launch at the looser
   `screen_alpha` (0.10) only to choose what to re-run (docs/gate.md).
 - Current rows with `wrong` > 0 are `wrong`; rows telemetry marks `throttled` are `throttled`
@@ -56,12 +51,6 @@ KIND_ALIASES = {
     "strategy": "strategies", "strategies": "strategies", "pipeline": "pipeline",
 }
 BASE_KEYS = ("case_id", "size_bytes", "placement", "world")
-KIND_KEYS = {
-    "collectives": (),
-    "allreduce": ("algorithm", "variant"),
-    "strategies": ("strategy", "model", "chunks", "schedule", "checkpoint"),
-    "pipeline": ("strategy", "model", "chunks", "schedule", "checkpoint"),
-}
 
 
 @dataclass(frozen=True)
@@ -75,7 +64,31 @@ _COMM = (Metric("time_median_s", True, True), Metric("busbw_gbps", False, False)
 _TRAIN = (Metric("step_median_s", True, True), Metric("samples_per_s", False, False),
           Metric("tokens_per_s", False, False), Metric("peak_memory_bytes", True, True),
           Metric("bubble_measured", True, False))
-METRICS = {"collectives": _COMM, "allreduce": _COMM, "strategies": _TRAIN, "pipeline": _TRAIN}
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindFacts:
+    """What the gate needs to know about a kind's rows (one table, KINDS; a later issue moves
+    each entry into its kind's folder)."""
+
+    keys: tuple  # key columns beyond BASE_KEYS
+    metrics: tuple  # Metric, in display order
+    group_by: str  # the key column whose value names a case's group (judged on its own band)
+    settings: tuple  # result columns that change the numbers: a run and a baseline must agree
+
+
+_COMM_SETTINGS = ("mode", "blocking", "dtype", "op", "warmup_iters", "threads_per_rank", "device_type")
+_TRAIN_SETTINGS = ("dtype", "device_type", "threads_per_rank", "batch", "micro_batch")
+KINDS = {
+    "collectives": KindFacts(keys=(), metrics=_COMM, group_by="case_id", settings=_COMM_SETTINGS),
+    "allreduce": KindFacts(keys=("algorithm", "variant"), metrics=_COMM, group_by="algorithm", settings=_COMM_SETTINGS),
+    "strategies": KindFacts(keys=("strategy", "model", "chunks", "schedule", "checkpoint"), metrics=_TRAIN,
+                            group_by="strategy", settings=_TRAIN_SETTINGS),
+    "pipeline": KindFacts(keys=("strategy", "model", "chunks", "schedule", "checkpoint"), metrics=_TRAIN,
+                          group_by="schedule", settings=_TRAIN_SETTINGS),
+}
+KIND_KEYS = {k: f.keys for k, f in KINDS.items()}
+METRICS = {k: f.metrics for k, f in KINDS.items()}
 
 VERDICTS = ("wrong", "regression", "improved", "ok", "unstable", "throttled", "n/a", "missing", "new")
 
@@ -108,7 +121,8 @@ class Rules:
     geomean_tolerance: float = 0.10  # per kind, on the geometric mean of ratios
     alpha: float = 0.01  # one-sided: chance that an unchanged launch falls outside the band
     screen_alpha: float = 0.10  # the gate's first look: which cases to re-run (a false flag costs one launch)
-    max_band: float = 0.35  # wider band than this: `unstable` (a 1.5x slowdown must clear it)
+    max_band: float = 0.50  # a kind's or group's band wider than this: `unstable` (a 1.5x slowdown could not clear it)
+    max_case_band: float = 1.0  # a case's band wider than this: `unstable` (a 2x slowdown of one case must clear it)
     cases: dict = field(default_factory=dict)  # pattern -> tolerance
     source: str = "defaults"
 
@@ -133,7 +147,7 @@ class Rules:
         raw = dict(raw.get("gate", raw))
         out = {}
         allowed = ("tolerance", "small_tolerance", "small_bytes", "geomean_tolerance", "alpha", "screen_alpha",
-                   "max_band", "cases")
+                   "max_band", "max_case_band", "cases")
         for k, v in raw.items():
             if k not in allowed:
                 raise BenchError(f"gate rules file '{path}': unknown key '{k}'; allowed: {', '.join(allowed)}")
@@ -209,25 +223,28 @@ def _num(df: pd.DataFrame, col: str) -> pd.Series:
 class Comparison:
     kind: str
     cases: pd.DataFrame  # one row per case key and metric
-    kinds: pd.DataFrame  # one row per gated metric: the geometric-mean rule
+    kinds: pd.DataFrame  # one row per gated metric: the launch's common factor (geometric mean)
     repeats: int
     rules: Rules
+    groups: pd.DataFrame = field(default_factory=pd.DataFrame)  # per gated metric and group
 
 
 def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules: Rules = Rules(),
-                 alpha: float | None = None) -> Comparison:
-    """baseline: results rows of R repeats (distinguished by run_id); current: rows of one run
-    (several run_ids in `current` are first reduced to their geometric mean per case, and the
-    kind's band is that of a mean of so many launches). alpha: the decision alpha (default
-    rules.alpha; `unstable` is always judged at rules.alpha)."""
+                 alpha: float | None = None, ab: bool = False) -> Comparison:
+    """baseline: results rows of R repeats (distinguished by run_id); current: rows of m launches
+    (one run_id each; a case's current value is the geometric mean of its launches).
+    alpha: the decision alpha (default rules.alpha; `unstable` is always judged at rules.alpha).
+    ab=False (a stored baseline): bands from the baseline's repeats, for a mean of m new launches.
+    ab=True (same-machine A/B: baseline = the base revision's launches, current = the candidate's,
+    interleaved): pooled two-sample bands from both arms, and the alpha shared (Bonferroni) among
+    the cases and among the groups, since there is no confirmation launch."""
     kind = normalize_kind(kind)
     decide = rules.alpha if alpha is None else alpha
     keys = [k for k in key_columns(kind) if k in baseline.columns or k in current.columns]
     b, c = _keyed(baseline, keys), _keyed(current, keys)
-    if "run_id" not in b.columns:
-        b["run_id"] = "baseline"
-    repeat_ids = sorted(b["run_id"].astype(str).unique())
-    b["run_id"] = b["run_id"].astype(str)
+    for df, default in ((b, "baseline"), (c, "current")):
+        df["run_id"] = df["run_id"].astype(str) if "run_id" in df.columns else default
+    repeat_ids = sorted(b["run_id"].unique())
     metrics = [m for m in METRICS[kind] if m.column in b.columns or m.column in c.columns]
     b_groups = {k if isinstance(k, tuple) else (k,): g for k, g in b.groupby(keys, sort=False)}
     c_groups = {k if isinstance(k, tuple) else (k,): g for k, g in c.groupby(keys, sort=False)}
@@ -240,35 +257,42 @@ def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules
         throttled = bool(cg["throttled"].fillna(False).astype(bool).any()) if cg is not None and "throttled" in cg else False
         tol = rules.tolerance_for(kr["case_id"], kr.get("size_bytes"))
         for m in metrics:
-            row = {**dict(zip(keys, key)), "metric": m.column, "lower_is_better": m.lower_is_better,
+            row = {**kr, "metric": m.column, "lower_is_better": m.lower_is_better,
                    "gated": m.gated, "tolerance": tol, "wrong": wrong, "throttled": throttled}
-            per_repeat = {}
-            if bg is not None:
-                vals = _num(bg, m.column)
-                for rid, v in zip(bg["run_id"], vals):
-                    if np.isfinite(v) and v > 0:
-                        per_repeat[rid] = float(v)
-            cur = geometric_center(_num(cg, m.column)) if cg is not None else math.nan
+            per_repeat, per_launch = _positive(bg, m.column), _positive(cg, m.column)
+            cur = geometric_center(list(per_launch.values()))
             center = geometric_center(list(per_repeat.values()))
-            logs = [math.log(v / center) for v in per_repeat.values()] if center > 0 else []
-            bl = band_log(logs, rules.alpha)
-            dl = band_log(logs, decide)
+            sign = 1.0 if m.lower_is_better else -1.0
             wl = worse_log(center, cur, m.lower_is_better)
             row.update({
                 "repeats": len(per_repeat), "baseline": center, "current": cur,
                 "ratio": cur / center if center > 0 and np.isfinite(cur) else math.nan,
                 "worse": math.exp(wl) if np.isfinite(wl) else math.nan,
-                "band": math.exp(bl) - 1 if np.isfinite(bl) else math.nan,
                 "spread": (max(per_repeat.values()) / min(per_repeat.values())) if per_repeat else math.nan,
-                "_worse_log": wl, "_band_log": bl, "_decide_log": dl,
-                "_repeat_logs": {rid: math.log(v / center) for rid, v in per_repeat.items()} if center > 0 else {},
+                "_worse_log": wl,
+                # worse-oriented logs against the baseline's center, per baseline repeat and per current launch
+                "_repeat_logs": {r: sign * math.log(v / center) for r, v in per_repeat.items()} if center > 0 else {},
+                "_current_logs": {r: sign * math.log(v / center) for r, v in per_launch.items()} if center > 0 else {},
             })
-            row["verdict"] = _case_verdict(row, bg is not None, cg is not None, rules)
+            row["verdict"] = _case_precheck(row, bg is not None, cg is not None)
             rows.append(row)
     cases = _typed_keys(pd.DataFrame(rows))
-    launches = max(1, c["run_id"].nunique()) if "run_id" in c.columns else 1
-    kinds = _kind_summary(cases, repeat_ids, rules, decide, launches) if len(cases) else pd.DataFrame()
-    return Comparison(kind=kind, cases=cases, kinds=kinds, repeats=len(repeat_ids), rules=rules)
+    launches = max(1, c["run_id"].nunique())
+    kinds, groups = pd.DataFrame(), pd.DataFrame()
+    if len(cases):
+        cases, kinds, groups = _decide(kind, cases, repeat_ids, rules, decide, launches, ab)
+    return Comparison(kind=kind, cases=cases, kinds=kinds, repeats=len(repeat_ids), rules=rules, groups=groups)
+
+
+def _positive(rows: pd.DataFrame | None, column: str) -> dict:
+    """{run_id: value} of the positive finite values of a column (several rows of one run: their geometric mean)."""
+    if rows is None:
+        return {}
+    out: dict[str, list] = {}
+    for rid, v in zip(rows["run_id"], _num(rows, column)):
+        if np.isfinite(v) and v > 0:
+            out.setdefault(str(rid), []).append(float(v))
+    return {r: geometric_center(v) for r, v in out.items()}
 
 
 def _typed_keys(df: pd.DataFrame) -> pd.DataFrame:
@@ -279,7 +303,8 @@ def _typed_keys(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _case_verdict(row: dict, in_base: bool, in_cur: bool, rules: Rules) -> str:
+def _case_precheck(row: dict, in_base: bool, in_cur: bool) -> str:
+    """The verdicts that need no statistics; 'pending' for a case the decomposition decides."""
     if not in_base:
         return "new"
     if not in_cur:
@@ -288,52 +313,148 @@ def _case_verdict(row: dict, in_base: bool, in_cur: bool, rules: Rules) -> str:
         return "wrong"
     if row["throttled"]:
         return "throttled"
-    wl, bl = row["_worse_log"], row["_band_log"]
-    if not np.isfinite(wl):
+    if not np.isfinite(row["_worse_log"]):
         return "n/a"
-    if not np.isfinite(bl) or math.exp(bl) - 1 > rules.max_band:
-        return "unstable"
-    threshold = max(math.log1p(row["tolerance"]), row["_decide_log"]) + EPS_LOG
-    if wl > threshold:
-        return "regression"
-    if -wl > threshold:
-        return "improved"
-    return "ok"
+    return "pending"
 
 
 DECIDABLE = ("ok", "regression", "improved")
 EPS_LOG = 1e-12  # a ratio exactly at the threshold is not beyond it, whichever direction it was computed in
 AGGREGATED = (*DECIDABLE, "unstable")  # cases in the kind's geometric mean (it has its own band)
+MIN_CASES_FOR_LAUNCH_FACTOR = 3  # with fewer, a launch's median case is the case itself
 
 
-def _kind_summary(cases: pd.DataFrame, repeat_ids, rules: Rules, decide: float, launches: int) -> pd.DataFrame:
-    out = []
-    for metric, g in cases[cases["gated"]].groupby("metric", sort=False):
-        d = g[g["verdict"].isin(AGGREGATED) & np.isfinite(g["_worse_log"].astype(float))]
-        row = {"metric": metric, "cases": len(g), "decidable": len(d), "unstable": int((g["verdict"] == "unstable").sum()),
-               "tolerance": rules.geomean_tolerance}
-        if d.empty:
-            out.append({**row, "geomean_worse": math.nan, "band": math.nan, "verdict": "unstable" if len(g) else "n/a"})
+def two_sample(base, cur, alpha: float, pooled: bool = False) -> tuple[float, float]:
+    """(estimate, band_log): estimate = mean(cur) - mean(base); band = the one-sided (1 - alpha)
+    bound on it for unchanged code. pooled=False: the variance from `base` alone (R - 1 df), a
+    prediction bound for a mean of m = len(cur) new launches: t * s_base * sqrt(1/m + 1/R).
+    pooled=True (A/B, both arms measured alike): Student's two-sample t with the pooled variance,
+    R + m - 2 df: t * s_pooled * sqrt(1/R + 1/m). band NaN when the variance cannot be estimated."""
+    x = np.asarray([v for v in base if np.isfinite(v)], dtype=float)
+    y = np.asarray([v for v in cur if np.isfinite(v)], dtype=float)
+    if not y.size or not x.size:
+        return math.nan, math.nan
+    est = float(y.mean() - x.mean())
+    r, m = x.size, y.size
+    if pooled and m >= 2 and r >= 2:
+        df = r + m - 2
+        s = math.sqrt(((r - 1) * np.var(x, ddof=1) + (m - 1) * np.var(y, ddof=1)) / df)
+        return est, float(stats.t.ppf(1 - alpha, df) * s * math.sqrt(1 / r + 1 / m))
+    if r < 2:
+        return est, math.nan
+    return est, float(stats.t.ppf(1 - alpha, r - 1) * np.std(x, ddof=1) * math.sqrt(1 / m + 1 / r))
+
+
+def _verdict(est: float, band: float, reach: float, tolerance: float, max_band: float) -> str:
+    """regression / improved when beyond both the tolerance and the band; unstable when `reach`
+    (the band the decision could have at best) is wider than max_band."""
+    if not np.isfinite(est):
+        return "n/a"
+    if not np.isfinite(band) or not np.isfinite(reach) or math.exp(reach) - 1 > max_band:
+        return "unstable"
+    threshold = max(math.log1p(tolerance), band) + EPS_LOG
+    return "regression" if est > threshold else "improved" if -est > threshold else "ok"
+
+
+def group_label(kind: str, value, all_values) -> str:
+    """A group's display name: a collective's case_id is shortened to its collective
+    (all_reduce.float32.sum... -> all_reduce) unless two groups would share the short name."""
+    value = str(value)
+    if KINDS[normalize_kind(kind)].group_by != "case_id":
+        return value
+    short = {str(v).split(".")[0] for v in set(map(str, all_values))}
+    return value.split(".")[0] if len(short) == len(set(map(str, all_values))) else value
+
+
+def _decide(kind, cases, repeat_ids, rules: Rules, decide: float, launches: int, ab: bool):
+    """The two-way rule (docs/gate.md): per metric, log worse = case + launch + residual.
+    - launch factor of a launch: the median over the metric's cases of its worse-logs (a median,
+      so that a slowdown confined to a minority of cases does not move it);
+    - kind (the launch's common factor, the geometric mean over cases) judged on its own band;
+    - each group's mean residual (a contrast against the launch's median case) judged on its own
+      band (alpha shared among the groups);
+    - each case's residual judged on its own band."""
+    cases = cases.copy()
+    cases["residual"] = math.nan
+    cases["band"] = math.nan
+    for col in ("_band_log", "_decide_log"):
+        cases[col] = math.nan
+    gcol = KINDS[kind].group_by
+    kinds, groups = [], []
+    for metric, idx in cases.groupby("metric", sort=False).groups.items():
+        sub = cases.loc[idx]
+        live = sub[sub["verdict"] == "pending"]  # in both, with a value: decided here
+        known = sub[sub["_repeat_logs"].map(len) > 0]  # in the baseline: its band is shown even without a current value
+        base_all = pd.DataFrame(list(known["_repeat_logs"]), index=known.index, columns=repeat_ids, dtype=float)
+        base = base_all.loc[live.index]
+        cur = pd.DataFrame(list(live["_current_logs"]), index=live.index, dtype=float)
+        frame = live if len(live) else known  # the cases whose median is each launch's common factor
+        use_launch = len(frame) >= MIN_CASES_FOR_LAUNCH_FACTOR
+        lb = base_all.loc[frame.index].median(axis=0) if use_launch else pd.Series(0.0, index=base_all.columns)
+        lc = cur.median(axis=0) if use_launch else pd.Series(0.0, index=cur.columns)
+        rb_all, rc = base_all - lb, cur - lc
+        rb = rb_all.loc[live.index]
+        n_cases = max(1, len(frame))
+        case_alpha, reach_alpha = (decide / n_cases, rules.alpha / n_cases) if ab else (decide, rules.alpha)
+        for i in known.index:
+            current = rc.loc[i] if i in rc.index else pd.Series([0.0])  # no current value: the band for one launch
+            est, band = two_sample(rb_all.loc[i], current, case_alpha, ab)
+            _, reach = two_sample(rb_all.loc[i], current, reach_alpha, ab)
+            cases.at[i, "band"] = math.exp(band) - 1 if np.isfinite(band) else math.nan
+            cases.at[i, "_band_log"], cases.at[i, "_decide_log"] = reach, band
+            if i in live.index:
+                cases.at[i, "residual"] = math.exp(est) if np.isfinite(est) else math.nan
+                cases.at[i, "verdict"] = _verdict(est, band, reach, float(cases.at[i, "tolerance"]), rules.max_case_band)
+        if not bool(sub["gated"].iloc[0]):
             continue
-        G = float(d["_worse_log"].mean())
-        # each repeat's own geometric-mean deviation over the same cases
-        sign = np.where(d["lower_is_better"], 1.0, -1.0)
-        g_r = []
-        for rid in repeat_ids:
-            vals = [s * logs[rid] for s, logs in zip(sign, d["_repeat_logs"]) if rid in logs]
-            if vals:
-                g_r.append(float(np.mean(vals)))
-        bl = band_log(g_r, decide, launches)
-        row.update({"geomean_worse": math.exp(G), "band": math.exp(bl) - 1 if np.isfinite(bl) else math.nan,
-                    "launches": launches, "_G": G, "_band_log": bl})
-        confirmed = band_log(g_r, rules.alpha, 2)  # the band a confirmed (two-launch) verdict uses
-        if not np.isfinite(confirmed) or math.exp(confirmed) - 1 > rules.max_band:
-            row["verdict"] = "unstable"
-        else:
-            threshold = max(math.log1p(rules.geomean_tolerance), bl) + EPS_LOG
-            row["verdict"] = "regression" if G > threshold else "improved" if -G > threshold else "ok"
-        out.append(row)
-    return pd.DataFrame(out)
+        kinds.append(_aggregate({"metric": metric, "cases": len(sub), "unstable": int((cases.loc[idx, "verdict"] == "unstable").sum())},
+                                base.mean(axis=0), cur.mean(axis=0), rules, decide, launches, ab, len(live)))
+        names = live[gcol].astype(str) if gcol in live.columns else pd.Series("", index=live.index)
+        if names.nunique() < 2:
+            continue  # one group: the kind's row is the group
+        n_groups = names.nunique()
+        for name in dict.fromkeys(names):
+            members = names.index[names == name]
+            g = _aggregate({"metric": metric, "group": group_label(kind, name, names.unique()), "cases": len(members)},
+                           rb.loc[members].mean(axis=0), rc.loc[members].mean(axis=0), rules, decide / n_groups,
+                           launches, ab, len(members), reach_alpha=rules.alpha / n_groups)
+            groups.append(g)
+    return cases, pd.DataFrame(kinds), pd.DataFrame(groups)
+
+
+def _aggregate(row: dict, base: pd.Series, cur: pd.Series, rules: Rules, alpha: float, launches: int, ab: bool,
+               decidable: int, reach_alpha: float | None = None) -> dict:
+    """A kind's or a group's row: estimate and band of a mean log over cases, per launch."""
+    est, band = two_sample(base, cur, alpha, ab)
+    # the band the verdict has at best: a mean of two launches at alpha (the stored gate's confirmation)
+    reach_cur = list(cur.dropna()) if ab or len(cur.dropna()) >= 2 else [0.0, 0.0]
+    _, reach = two_sample(base, reach_cur, rules.alpha if reach_alpha is None else reach_alpha, ab)
+    row.update({"decidable": decidable, "tolerance": rules.geomean_tolerance, "launches": launches,
+                "geomean_worse": math.exp(est) if np.isfinite(est) else math.nan,
+                "worse": math.exp(est) if np.isfinite(est) else math.nan,
+                "band": math.exp(band) - 1 if np.isfinite(band) else math.nan, "_G": est, "_band_log": band})
+    row["verdict"] = _verdict(est, band, reach, rules.geomean_tolerance, rules.max_band) if decidable else "n/a"
+    return row
+
+
+def decompose(results: pd.DataFrame, kind: str, metric: str | None = None) -> dict:
+    """The two-way decomposition of a baseline's repeats (log value = case + launch + residual,
+    least squares) for docs/gate.md: sd of the launch effects, the raw between-launch sd (pooled
+    over cases) and the residual sd ((I-1)(J-1) df)."""
+    kind = normalize_kind(kind)
+    metric = metric or next(m.column for m in METRICS[kind] if m.gated)
+    keys = key_columns(kind, results)
+    y = np.log(_keyed(results, keys).pivot_table(index=keys, columns="run_id", values=metric, aggfunc="median"))
+    y = y.dropna()
+    v = y.to_numpy(dtype=float)
+    i, j = v.shape
+    case = v.mean(axis=1, keepdims=True)
+    launch = v.mean(axis=0, keepdims=True) - v.mean()
+    resid = v - case - launch
+    return {"cases": i, "launches": j, "launch_sd": float(np.std(launch, ddof=1)),
+            "launch_effects": [float(x) for x in launch.ravel()],
+            "raw_sd": float(np.sqrt(np.var(v, axis=1, ddof=1).mean())),
+            "residual_sd": float(np.sqrt((resid ** 2).sum() / ((i - 1) * (j - 1))))}
 
 
 def public(df: pd.DataFrame) -> pd.DataFrame:
@@ -364,8 +485,8 @@ def with_confirmation(first: pd.DataFrame, confirm: pd.DataFrame, kind: str) -> 
     return out
 
 
-__all__ = ["Comparison", "Metric", "METRICS", "Rules", "band_log", "compare_rows", "key_columns",
-           "normalize_kind", "public", "with_confirmation", "worse_log"]
+__all__ = ["Comparison", "KINDS", "KindFacts", "Metric", "METRICS", "Rules", "band_log", "compare_rows", "decompose",
+           "group_label", "key_columns", "normalize_kind", "public", "two_sample", "with_confirmation", "worse_log"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,6 +518,7 @@ def case_table(cases: pd.DataFrame) -> pd.DataFrame:
                "placement": r.get("placement", ""), "metric": r["metric"] + ("" if r["gated"] else " (info)"),
                "baseline": format_value(r["metric"], r["baseline"]), "current": format_value(r["metric"], r["current"]),
                "ratio": "-" if not np.isfinite(r["ratio"]) else f"{r['ratio']:.3f}",
+               "vs launch": "-" if not np.isfinite(r.get("residual", math.nan)) else f"{r['residual']:.3f}",
                "band": _pct(r["band"]), "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": r["verdict"]}
         if "first_verdict" in cases.columns and r["first_verdict"] != r["verdict"]:
             row["verdict"] = f"{r['verdict']} (first launch: {r['first_verdict']})"
@@ -429,10 +551,22 @@ def render_kinds(kinds: pd.DataFrame, fmt: str = "table") -> str:
     if kinds.empty:
         return ""
     df = pd.DataFrame([{
-        "per kind": f"geomean {r['metric']}", "decidable cases": f"{r['decidable']}/{r['cases']}",
+        "per kind": f"launch factor (geomean {r['metric']})", "decidable cases": f"{r['decidable']}/{r['cases']}",
         "worse": "-" if not np.isfinite(r["geomean_worse"]) else f"{r['geomean_worse']:.3f}x",
         "band": _pct(r["band"]), "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": r["verdict"]}
         for _, r in kinds.iterrows()])
+    return _render_frame(df, fmt)
+
+
+def render_groups(groups: pd.DataFrame, fmt: str = "table") -> str:
+    """One line per group: e.g. `all_reduce  time_median_s  2.01x (band +6%)  regression`; worse is
+    the group's geometric mean against the rest of its launch (the launch's median case)."""
+    if groups.empty:
+        return ""
+    df = pd.DataFrame([{
+        "group": r["group"], "metric": r["metric"], "cases": r["cases"],
+        "vs launch": "-" if not np.isfinite(r["worse"]) else f"{r['worse']:.2f}x (band {_pct(r['band'])})",
+        "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": r["verdict"]} for _, r in groups.iterrows()])
     return _render_frame(df, fmt)
 
 
@@ -443,7 +577,8 @@ def render(cmp: Comparison, fmt: str = "table", title: str = "") -> str:
             return json.loads(public(df).to_json(orient="records")) if len(df) else []
 
         return json.dumps({"title": title, "kind": cmp.kind, "repeats": cmp.repeats, "rules": cmp.rules.source,
-                           "cases": records(cmp.cases), "kinds": records(cmp.kinds)}, indent=2) + "\n"
+                           "cases": records(cmp.cases), "kinds": records(cmp.kinds), "groups": records(cmp.groups)},
+                          indent=2) + "\n"
     head = f"## {title}" if fmt == "markdown" and title else title
-    parts = [p for p in (head, render_cases(cmp.cases, fmt), render_kinds(cmp.kinds, fmt)) if p]
+    parts = [p for p in (head, render_kinds(cmp.kinds, fmt), render_groups(cmp.groups, fmt), render_cases(cmp.cases, fmt)) if p]
     return "\n\n".join(parts) + "\n"

@@ -1,4 +1,5 @@
-"""The regression gate: a current run against a stored baseline, with a confirmation re-run.
+"""The regression gate: a current run against a stored baseline, with a confirmation re-run;
+and gate_ab, the same rule on two revisions' interleaved launches on one machine (bench.results.ab).
 
     verdict = gate(baseline_dir, run_dir)      # baseline_dir: one baseline, or a root of them
     verdict.exit_code                          # 0 pass, 1 confirmed regression / wrong, 3 not comparable
@@ -6,21 +7,23 @@
 
 Steps (docs/gate.md):
 1. Comparable? The run's fingerprint (bench.results.fingerprint) must equal the baseline's, the
-   baseline must be of this schema version, of the same kind, and share at least one case.
-   Otherwise exit 3 with the reason.
-2. Compare (bench.results.compare: tolerance AND between-launch noise band per case; geometric
-   mean per kind with its own band; `unstable` cases cannot fail on their own).
+   baseline must be of this schema version, of the same kind, measured with the same settings
+   (settings_differences: mode, blocking, budget, iterations, dtype, NCCL_*, versions, driver),
+   and share at least one case. Otherwise exit 3 with the reason (each differing field named).
+2. Compare (bench.results.compare: each launch's common factor taken out; the launch factor, each
+   group and each case judged on its own band and tolerance; `unstable` cannot fail on its own).
 3. Any current row with `wrong` > 0: exit 1 at once (no confirmation needed).
-4. Flagged cases (case regressions, and every decidable case of a kind whose geometric mean
-   regressed, screened at the looser screen_alpha) are re-run once in a fresh launch. A case
-   then takes the better of its two launches; a kind's geometric mean is taken over both launches
-   and judged against the band for a mean of two. A regression stands only if it is still there
-   at alpha: exit 1.
+4. Flagged cases (case regressions, and every case of a metric whose launch factor or a group
+   regressed, screened at the looser screen_alpha) are re-run once in a fresh launch. A case then
+   takes the better of its two launches; the launch factor and the groups are taken over both
+   launches and judged against the band for a mean of two (a group also needs the fresh launch
+   alone beyond its tolerance). A regression stands only if it is still there at alpha: exit 1.
    Without a re-run (rerun=None) flagged regressions stand, marked unconfirmed.
 5. Nothing decidable at all (every case unstable/throttled): exit 3, "baseline cannot decide".
 """
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -30,8 +33,9 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.results import baseline as bl
 from bench.results import fingerprint as fp
-from bench.results.compare import (AGGREGATED, DECIDABLE, Comparison, Rules, _keyed, compare_rows, key_columns,
-                                    normalize_kind, public, render_cases, render_kinds, with_confirmation)
+from bench.results.compare import (AGGREGATED, DECIDABLE, KINDS, Comparison, Rules, _keyed, compare_rows, key_columns,
+                                    normalize_kind, public, render_cases, render_groups, render_kinds,
+                                    with_confirmation)
 from bench.results.schema import SCHEMA_VERSION
 from bench.results.store import load_run
 
@@ -50,10 +54,12 @@ class Verdict:
     rules: str = "defaults"
     repeats: int = 0
     cases: pd.DataFrame = field(default_factory=pd.DataFrame)  # final, one row per case and metric
-    kinds: pd.DataFrame = field(default_factory=pd.DataFrame)  # per gated metric: geometric-mean rule
+    kinds: pd.DataFrame = field(default_factory=pd.DataFrame)  # per gated metric: the launch's common factor
+    groups: pd.DataFrame = field(default_factory=pd.DataFrame)  # per gated metric and group (collective, algorithm, ...)
     confirmation: dict = field(default_factory=dict)  # {"run_dir", "cases", "error"}
     notes: list = field(default_factory=list)
     warn_only: bool = False
+    facts: dict = field(default_factory=dict)  # more lines for the header (A/B: revisions, pairs)
 
     def to_frame(self) -> pd.DataFrame:
         return public(self.cases)
@@ -71,7 +77,8 @@ class Verdict:
         return {"exit_code": self.exit_code, "status": self.status, "reason": self.reason, "kind": self.kind,
                 "baseline": self.baseline_dir, "run": self.run_dir, "fingerprint": self.fingerprint,
                 "rules": self.rules, "repeats": self.repeats, "counts": self.counts(), "notes": self.notes,
-                "confirmation": self.confirmation, "kinds": records(self.kinds), "cases": records(self.cases)}
+                "confirmation": self.confirmation, "kinds": records(self.kinds), "groups": records(self.groups),
+                "cases": records(self.cases)}
 
     def headline(self) -> str:
         word = {0: "PASS", 1: "FAIL", 3: "NO COMPARABLE BASELINE"}.get(self.exit_code, "?")
@@ -90,16 +97,20 @@ class Verdict:
         lines = [f"## {self.headline()}" if md else self.headline(), ""]
         facts = [("kind", self.kind), ("baseline", self.baseline_dir), ("run", self.run_dir),
                  ("fingerprint", self.fingerprint), ("repeats in baseline", self.repeats), ("rules", self.rules)]
+        facts += list(self.facts.items())
         if self.confirmation:
             facts.append(("confirmation", self.confirmation.get("run_dir") or self.confirmation.get("error", "")))
         for k, v in facts:
             if v not in ("", None):
                 lines.append(f"- {k}: `{v}`" if md else f"  {k}: {v}")
         lines.append("")
-        if len(self.cases):
-            lines += [render_cases(self.cases, fmt), ""]
+        # the launch's common factor and the groups first (what a reader needs), then the cases
         if len(self.kinds):
             lines += [render_kinds(self.kinds, fmt), ""]
+        if len(self.groups):
+            lines += [render_groups(self.groups, fmt), ""]
+        if len(self.cases):
+            lines += [render_cases(self.cases, fmt), ""]
         lines += [f"- {n}" if md else f"  note: {n}" for n in self.notes]
         return "\n".join(lines).rstrip() + "\n"
 
@@ -121,9 +132,11 @@ def rules_for(baseline: "bl.Baseline", rules_path=None) -> Rules:
 
 
 def gated_regressions(cmp: Comparison) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(case rows, kind-or-group rows) that regressed; a group row has a `group` name."""
     c = cmp.cases
     cases = c[c["gated"] & (c["verdict"] == "regression")] if len(c) else c
-    kinds = cmp.kinds[cmp.kinds["verdict"] == "regression"] if len(cmp.kinds) else cmp.kinds
+    parts = [f[f["verdict"] == "regression"] for f in (cmp.kinds, cmp.groups) if len(f)]
+    kinds = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["metric", "verdict"])
     return cases, kinds
 
 
@@ -165,6 +178,10 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
     run_kind = normalize_kind(run.meta.get("kind") or run["results"]["kind"].dropna().iloc[0])
     if run_kind != kind:
         return _not_comparable(f"baseline is a {kind} baseline, the run is {run_kind}", **info)
+    settings = settings_differences(base.meta, base.results, run.meta, run["results"], kind)
+    if settings:
+        return _not_comparable(f"baseline {base.dir.name} was measured with other settings: {'; '.join(settings)} "
+                               "(baseline vs this run)", **info)
     rules = rules or rules_for(base, rules_path)
     info.update(kind=kind, rules=rules.source, warn_only=warn_only)
     current = run["results"]
@@ -179,7 +196,7 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
     if len(wrong):
         return _finish(Verdict(exit_code=REGRESSION, status="wrong",
                                reason=f"{len(wrong)} case(s) with wrong results (fails outright)",
-                               cases=cmp.cases, kinds=cmp.kinds, notes=notes, **info))
+                               cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, notes=notes, **info))
     confirmation = {}
     # With a re-run, the first launch is screened at the looser screen_alpha: a false flag costs one
     # launch, a missed one is a missed regression. The verdict is made at alpha on both launches.
@@ -199,8 +216,9 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
                 first = cmp
                 # a case regresses only if both launches do (the better of the two is judged) ...
                 cmp = compare_rows(base.results, with_confirmation(current, confirm, kind), kind, rules)
-                # ... a kind on the geometric mean of both launches, against the two-launch band
-                cmp.kinds = compare_rows(base.results, pd.concat([_only(current, todo, keys), confirm]), kind, rules).kinds
+                # ... a kind and a group on the mean of both launches, against the two-launch band
+                both = compare_rows(base.results, pd.concat([_only(current, todo, keys), confirm]), kind, rules)
+                cmp.kinds, cmp.groups = both.kinds, _confirmed_groups(both.groups, compare_rows(base.results, confirm, kind, rules).groups)
                 cmp.cases["first_verdict"] = first.cases["verdict"].values
             except Exception as e:  # noqa: BLE001 - a failed re-run is reported; the flag stands
                 confirmation["error"] = f"confirmation re-run failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
@@ -220,8 +238,118 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
         v = Verdict(exit_code=PASS, status="pass",
                     reason=f"{len(decidable)} decidable case(s) and the per-kind geometric mean: no regression{extra}; "
                            f"{int((gated['verdict'] == 'unstable').sum())} unstable", **info)
-    v.cases, v.kinds, v.confirmation, v.notes = cmp.cases, cmp.kinds, confirmation, notes + _notes(cmp, throttled_only=True)
+    v.cases, v.kinds, v.groups, v.confirmation = cmp.cases, cmp.kinds, cmp.groups, confirmation
+    v.notes = notes + _notes(cmp, throttled_only=True)
     return _finish(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Like with like: the settings that change the numbers
+
+
+# meta.json config fields that change a case's numbers without changing its key (budget and
+# iteration floors change how many samples a median is taken over; blocking how ops overlap)
+CONFIG_SETTINGS = ("modes", "blocking", "budget_s", "iters", "warmup", "max_iters", "blocks", "dtypes", "placements",
+                   "threads", "backend")
+SOFTWARE_SETTINGS = ("torch", "nccl", "cuda")  # full versions (the fingerprint has major.minor only)
+CLUSTER_SETTINGS = ("driver_version", "cuda_driver_version", "power_limit_w")  # power limit: compared when recorded
+
+
+def _nccl_env_of(meta: dict) -> dict | None:
+    if "nccl_env" in meta:
+        return dict(meta.get("nccl_env") or {})
+    envs = [la["nccl_env"] for la in (meta.get("launches") or {}).values() if "nccl_env" in la]
+    return {k: v for e in envs for k, v in e.items()} if envs else None
+
+
+def _distinct(rows: pd.DataFrame, col: str):
+    vals = sorted({str(v) for v in rows[col].dropna()}) if col in rows.columns else []
+    return vals[0] if len(vals) == 1 else tuple(vals) if vals else None
+
+
+def settings_differences(meta_a: dict, rows_a: pd.DataFrame, meta_b: dict, rows_b: pd.DataFrame,
+                         kind: str | None = None) -> list[str]:
+    """'field: a vs b' for every setting that changes the numbers and differs between two
+    measurements (a baseline and a run, or the base and the candidate of an A/B). A field is
+    compared only when both sides record it (older runs lack some)."""
+    out = []
+    ca, cb = meta_a.get("config") or {}, meta_b.get("config") or {}
+    for k in CONFIG_SETTINGS:
+        if k in ca and k in cb and ca[k] != cb[k]:
+            out.append(f"{k}: {ca[k]!r} vs {cb[k]!r}")
+    columns = KINDS[normalize_kind(kind)].settings if kind else tuple(dict.fromkeys(c for f in KINDS.values() for c in f.settings))
+    said = {o.split(":")[0] for o in out} | {"mode" if "modes" in o else "" for o in out}
+    for col in columns:
+        va, vb = _distinct(rows_a, col), _distinct(rows_b, col)
+        if col not in said and va is not None and vb is not None and va != vb:
+            out.append(f"{col}: {va!r} vs {vb!r}")
+    ea, eb = _nccl_env_of(meta_a), _nccl_env_of(meta_b)
+    if ea is not None and eb is not None:
+        for k in sorted(set(ea) | set(eb)):
+            if ea.get(k) != eb.get(k):
+                out.append(f"{k}: {repr(ea[k]) if k in ea else 'unset'} vs {repr(eb[k]) if k in eb else 'unset'}")
+    for section, names in (("software", SOFTWARE_SETTINGS), ("cluster", CLUSTER_SETTINGS)):
+        sa, sb = meta_a.get(section) or {}, meta_b.get(section) or {}
+        for k in names:
+            if sa.get(k) is not None and sb.get(k) is not None and str(sa[k]) != str(sb[k]):
+                out.append(f"{k}: {sa[k]!r} vs {sb[k]!r}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Same-machine A/B: the base revision's launches against the candidate's, interleaved
+
+
+def gate_ab(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, kind: str, *, rules: Rules | None = None,
+            warn_only: bool = False, base_meta: dict | None = None, cand_meta: dict | None = None,
+            facts: dict | None = None) -> Verdict:
+    """Decide the candidate's launches (P run_ids) against the base revision's (P run_ids) taken
+    on this machine, A B A B ... Host speed cancels; interleaving spreads slow drift over both
+    arms. Bands are pooled two-sample bounds (2P - 2 df); alpha is shared among the cases and
+    among the groups (no confirmation launch: the P pairs are the evidence)."""
+    kind = normalize_kind(kind)
+    rules = rules or Rules()
+    info = {"kind": kind, "rules": rules.source, "warn_only": warn_only, "facts": dict(facts or {}),
+            "baseline_dir": "base revision", "run_dir": "working tree"}
+    if base_meta is not None and cand_meta is not None:
+        diff = settings_differences(base_meta, base_rows, cand_meta, cand_rows, kind)
+        if diff:
+            return _not_comparable(f"the two revisions ran with other settings: {'; '.join(diff)} (base vs candidate)", **info)
+    cmp = compare_rows(base_rows, cand_rows, kind, rules, ab=True)
+    info["repeats"] = cmp.repeats
+    notes = _notes(cmp)
+    matched = cmp.cases[~cmp.cases["verdict"].isin(("missing", "new"))] if len(cmp.cases) else cmp.cases
+    if matched.empty:
+        return _not_comparable("no case is in both revisions' runs", cases=cmp.cases, **info)
+    wrong = cmp.cases[(cmp.cases["verdict"] == "wrong") & cmp.cases["gated"]]
+    cases_r, kinds_r = gated_regressions(cmp)
+    if len(wrong):
+        v = Verdict(exit_code=REGRESSION, status="wrong", reason=f"{len(wrong)} case(s) with wrong results (fails outright)", **info)
+    elif len(cases_r) or len(kinds_r):
+        v = Verdict(exit_code=REGRESSION, status="regression",
+                    reason=f"{_flag_summary(cases_r, kinds_r)} (A/B: {cmp.repeats} launches of each revision)", **info)
+    else:
+        gated = matched[matched["gated"]]
+        v = Verdict(exit_code=PASS, status="pass",
+                    reason=f"A/B over {cmp.repeats} launch pair(s): launch factor, {len(cmp.groups)} group(s) and "
+                           f"{int(gated['verdict'].isin(DECIDABLE).sum())} decidable case(s): no regression", **info)
+    v.cases, v.kinds, v.groups, v.notes = cmp.cases, cmp.kinds, cmp.groups, notes
+    return _finish(v)
+
+
+def _confirmed_groups(both: pd.DataFrame, fresh: pd.DataFrame) -> pd.DataFrame:
+    """A group regression on the mean of two launches stands only when the fresh launch alone also
+    shows the group worse than its tolerance (as a case needs both launches): one case's one-off
+    outlier in the first launch is not a group's slowdown."""
+    if both.empty or fresh.empty:
+        return both
+    out = both.copy()
+    alone = fresh.set_index(["metric", "group"])["_G"]
+    for i, r in out.iterrows():
+        g = alone.get((r["metric"], r["group"]))
+        if r["verdict"] == "regression" and g is not None and not g > math.log1p(r["tolerance"]):
+            out.at[i, "verdict"] = "ok"
+    return out
 
 
 def _finish(v: Verdict) -> Verdict:
@@ -246,7 +374,12 @@ def _flag_summary(cases_r: pd.DataFrame, kinds_r: pd.DataFrame) -> str:
     if len(cases_r):
         parts.append(f"{len(cases_r)} case(s) regressed")
     for _, k in kinds_r.iterrows():
-        parts.append(f"geometric mean of {k['metric']} {k['geomean_worse']:.2f}x worse over {k['decidable']} case(s)")
+        group = k.get("group")
+        if isinstance(group, str) and group:
+            parts.append(f"{group} {k['metric']} {k['worse']:.2f}x worse than the rest of its launch "
+                         f"(band +{k['band'] * 100:.0f}%)")
+        else:
+            parts.append(f"geometric mean of {k['metric']} {k['geomean_worse']:.2f}x worse over {k['decidable']} case(s)")
     return "; ".join(parts) or "none"
 
 
@@ -366,5 +499,5 @@ def min_busbw_failures(results: pd.DataFrame, threshold_gbps: float | dict, larg
     return out
 
 
-__all__ = ["Verdict", "gate", "default_rerun", "min_busbw_failures", "parse_min_busbw", "MinBusbwFailure",
+__all__ = ["Verdict", "gate", "gate_ab", "settings_differences", "default_rerun", "min_busbw_failures", "parse_min_busbw", "MinBusbwFailure",
            "narrowing_args", "rules_for"]

@@ -19,13 +19,17 @@ Three modes, named in every row (column `mode`; the reduction over ranks is `ran
   bench.timing.stats.RANK_REDUCTIONS).
 Warm-up runs at every size. The iteration count adapts to a per-size time budget, with floors.
 
-Test only: DISTBENCH_TEST_SLOWDOWN=F (F > 1) makes every timed op really take F times as long (the
+Test only: DISTBENCH_TEST_SLOWDOWN=F (F >= 1) makes every timed op really take F times as long (the
 rank keeps its core busy for (F-1) x the op's own time inside the timed region, as a slower
 CPU-bound collective would; a sleep instead freed the core and sped the next ops up, so 1.5 read
 as about 1.2), to check that the regression gate catches a slowdown (tools/gate_eval.py,
-docs/gate.md). Unset in normal use.
+docs/gate.md). Patterns select cases (issue 18): a comma-separated list of `F` (every case),
+`NAME=F` (cases whose case_id is NAME or starts with `NAME.`; NAME may hold fnmatch wildcards) and
+`NAME@SIZE=F` (that size only, e.g. `all_reduce@16M=2`); the first that matches wins. Unset in
+normal use.
 """
 
+import fnmatch
 import math
 import os
 import time
@@ -34,7 +38,9 @@ from typing import Callable
 
 import torch
 
+from bench.errors import BenchError
 from bench.timing.timers import make_timer, sync
+from bench.units import parse_size
 
 MODES = ("latency", "throughput", "nccl-tests")
 HOLD_CYCLES = 200_000  # first spin-kernel hold of a CUDA latency sample (~0.1 ms at ~2 GHz); doubled as needed
@@ -59,11 +65,26 @@ class LoopResult:
     ops: int  # timed ops
 
 
-def _slowdown() -> float:
-    try:
-        return max(1.0, float(os.environ.get("DISTBENCH_TEST_SLOWDOWN", "1") or 1))
-    except ValueError:
-        return 1.0
+def slowdown_for(case: str = "", size_bytes: int = 0, text: str | None = None) -> float:
+    """The test-only slowdown factor of one case from DISTBENCH_TEST_SLOWDOWN (1.0: none)."""
+    text = os.environ.get("DISTBENCH_TEST_SLOWDOWN", "") if text is None else text
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        name, _, factor = part.rpartition("=")
+        name, _, size = name.partition("@")
+        try:
+            f = float(factor)
+            want = parse_size(size) if size else None
+        except (ValueError, BenchError):
+            f, want = math.nan, None
+        if not f >= 1.0:
+            raise BenchError(f"DISTBENCH_TEST_SLOWDOWN '{text}': '{part}' is not F, NAME=F or NAME@SIZE=F "
+                             "with F >= 1 (e.g. 1.5, all_reduce=1.5, all_reduce@16M=2)")
+        hit = not name or fnmatch.fnmatchcase(case, name) or fnmatch.fnmatchcase(case, name + ".*")
+        if hit and (want is None or want == int(size_bytes)):
+            return f
+    return 1.0
 
 
 def _stretch(t0: float, factor: float):
@@ -103,7 +124,7 @@ def iterations(spec: LoopSpec, warm_op_s: float) -> int:
 
 
 def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Callable,
-            agree_max: Callable[[float], float]) -> LoopResult:
+            agree_max: Callable[[float], float], case: str = "", size_bytes: int = 0) -> LoopResult:
     """op(async_op) runs one collective and returns a Work or None.
 
     barrier() synchronises ranks; agree_max(x) returns the max of x over ranks (so every rank
@@ -118,7 +139,7 @@ def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Call
     warm = timer.stop() / max(spec.warmup, 1)
     n = iterations(spec, agree_max(warm))
     samples: list[float] = []
-    slow = _slowdown()
+    slow = slowdown_for(case, size_bytes)  # test only (module docstring); case, size_bytes: which case this is
     if spec.mode == "latency" and device.type == "cuda":
         hold = [HOLD_CYCLES]
         for _ in range(n):

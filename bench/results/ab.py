@@ -1,0 +1,110 @@
+"""Same-machine A/B gate: `distbench gate --against REV --suite S [--pairs P]` (docs/gate.md).
+
+A stored baseline cannot tell a slower host from a slower commit (issue 18: unchanged code failed
+`make gate` on another host of the baseline's machine class). So, as asv's `continuous` runs the
+base and the new commit back to back on one machine and pyperf compares runs taken together, the
+base revision REV is checked out in a temporary git worktree and both revisions run the suite in
+fresh launches on this machine, interleaved over P pairs (A B, B A, A B, ...), with the same python and
+venv (PYTHONPATH points at REV's tree, so `python -m bench` imports REV's code). The base only
+needs `python -m bench <kind> --suite FILE --out DIR`, so a REV older than this option works.
+Then bench.results.gate.gate_ab judges the candidate's launches against the base's.
+
+DISTBENCH_TEST_SLOWDOWN (test only, bench/timing/loop.py) is given to the candidate's launches only.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from bench.errors import BenchError
+from bench.results import baseline as bl
+from bench.results.compare import Rules
+from bench.results.gate import NOT_COMPARABLE, Verdict, gate_ab
+from bench.results.store import load_run
+
+DEFAULT_PAIRS = 5  # 10 launches of the smoke suite: about 4 minutes on 2 cores
+MIN_PAIRS = 3
+
+
+class CannotCheckOut(Exception):
+    """REV is not in this clone or cannot be checked out: exit 3 (nothing to compare with)."""
+
+
+def _git(*args, cwd=None) -> str:
+    proc = subprocess.run(["git", *args], capture_output=True, text=True, cwd=cwd)
+    if proc.returncode != 0:
+        raise CannotCheckOut((proc.stderr.strip().splitlines() or [f"git {' '.join(args)} failed"])[-1])
+    return proc.stdout.strip()
+
+
+@contextmanager
+def worktree(rev: str, repo="."):
+    """REV checked out (detached) in a temporary git worktree; removed afterwards."""
+    top = Path(_git("rev-parse", "--show-toplevel", cwd=repo))
+    sha = _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=top)
+    tmp = Path(tempfile.mkdtemp(prefix="distbench-ab-"))
+    tree = tmp / "tree"
+    try:
+        _git("worktree", "add", "--detach", "--force", str(tree), sha, cwd=top)
+        yield tree, sha
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], capture_output=True, cwd=top)
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], capture_output=True, cwd=top)
+
+
+def arm_env(tree: Path | None) -> dict:
+    """The environment of one arm: the base's imports REV's tree and gets no test slowdown."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+        env.pop("DISTBENCH_TEST_SLOWDOWN", None)
+    return env
+
+
+def run_pairs(kind: str, suite, tree: Path, pairs: int, out: Path, log=print,
+              run: Callable = bl.run_suite) -> tuple[list[Path], list[Path]]:
+    """P pairs of fresh launches, base then candidate, interleaved; (base runs, candidate runs)."""
+    suite = Path(suite).resolve()
+    rel = suite.relative_to(Path.cwd().resolve()) if suite.is_relative_to(Path.cwd().resolve()) else None
+    base_suite = tree / rel if rel is not None and (tree / rel).exists() else suite  # REV's own copy when it has one
+    a, b = [], []
+    for p in range(pairs):
+        # A B, B A, A B, ...: each revision goes first in half the pairs, so a position effect (the
+        # second launch of a pair running on a warmer or busier machine) and linear drift cancel
+        for arm in (("base", "candidate") if p % 2 == 0 else ("candidate", "base")):
+            log(f"# gate A/B pair {p + 1}/{pairs}: {arm}")
+            if arm == "base":
+                a.append(run(kind, base_suite, out / "base", cwd=tree, env=arm_env(tree), ok_codes=(0, 1)))
+            else:
+                b.append(run(kind, suite, out / "candidate", env=arm_env(None), ok_codes=(0, 1)))
+    return a, b
+
+
+def gate_against(rev: str, suite, *, pairs: int = DEFAULT_PAIRS, out="results", rules: Rules | None = None,
+                 warn_only: bool = False, log=print, run: Callable = bl.run_suite) -> Verdict:
+    """The A/B verdict of the working tree against REV on this machine."""
+    if pairs < MIN_PAIRS:
+        raise BenchError(f"--pairs {pairs}: the A/B gate needs at least {MIN_PAIRS} pairs (2 leave a variance of 2 degrees "
+                         f"of freedom, too few to trust); default {DEFAULT_PAIRS}")
+    kind = bl.suite_kind(suite)
+    out = Path(out).resolve() / "gate-ab"
+    try:
+        with worktree(rev) as (tree, sha):
+            a, b = run_pairs(kind, suite, tree, pairs, out, log=log, run=run)
+    except CannotCheckOut as e:
+        return Verdict(exit_code=NOT_COMPARABLE, status="not-comparable",
+                       reason=f"cannot check out '{rev}' for the A/B gate: {e}")
+    ra, rb = [load_run(d) for d in a], [load_run(d) for d in b]
+    rows = lambda runs: pd.concat([r["results"] for r in runs], ignore_index=True)  # noqa: E731
+    side = Path(suite).with_name(Path(suite).stem + ".gate.toml")
+    rules = rules or (Rules.load(side) if side.exists() else Rules())
+    return gate_ab(rows(ra), rows(rb), kind, rules=rules, warn_only=warn_only, base_meta=ra[0].meta,
+                   cand_meta=rb[0].meta, facts={"against": f"{rev} ({sha[:12]})", "pairs": pairs,
+                                                "base runs": str(out / "base"), "candidate runs": str(out / "candidate")})
