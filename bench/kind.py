@@ -68,6 +68,8 @@ class Reading:
     aliases: tuple[str, ...] = ()  # other names stored runs use for this kind (older result kinds)
     claims: Callable[[dict], bool] = lambda meta: False  # a stored run whose meta names another kind
     # (or none) but is this kind's (older runs); checked after meta["kind"]
+    settings: tuple[str, ...] = ()  # result columns that change the numbers without being in the key:
+    # a run and a baseline are compared only when they agree (the gate's like-with-like check)
     sized: bool = False  # cases sweep message sizes (`world` of a suite is the sweep of worlds)
 
     def key_columns(self) -> tuple[str, ...]:

@@ -133,7 +133,7 @@ def test_one_group_slower_is_a_group_regression_for_every_kind(kind):
     assert g.loc[label, "verdict"] == "regression"
     assert 1.35 < g.loc[label, "worse"] < 1.65
     assert (g.drop(label)["verdict"] == "ok").all()  # the launch factor is a median: the rest stay put
-    assert cp.KINDS[kind].group_by == group_col
+    assert cp.reading(kind).group == group_col  # the kind says how its cases group (bench.kind.Reading)
 
 
 def test_one_case_2x_is_a_case_regression_inside_the_launch_noise():

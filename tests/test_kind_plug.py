@@ -53,10 +53,18 @@ def test_compare_and_gate(runs, capsys):
     assert main(["baseline", "update", "--from", str(dirs[0]), str(dirs[1]), "--baseline", str(base)]) == 0
     capsys.readouterr()
     rc = main(["gate", "--baseline", str(base), "--current", str(dirs[2]), "--no-confirm", "--warn-only"])
-    assert rc == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    # two repeats of microsecond adds: the gate reads the toy's rows by its keys and metric, and
+    # may find them too noisy to decide (3); it never fails to understand the kind (2)
+    assert rc in (0, 3), out
+    assert "toy.add" in out and "time_median_s" in out
 
 
 def test_preflight_asks_the_kind_for_memory(runs, capsys):
     _, suite, _ = runs
-    # 64 GiB per rank cannot fit this machine's memory: the figure comes from the toy kind's memory()
-    assert main([toy_kind.NAME, "--suite", str(suite), "--sizes", "64G", "--dry-run"]) in (0, 2)
+    # 64 TiB (65536G) per rank cannot fit: the figure and the hint come from the toy kind's Memory answer
+    capsys.readouterr()
+    assert main([toy_kind.NAME, "--suite", str(suite), "--sizes", "4K,65536G", "--out", str(runs[0] / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "the largest case (add at 70368744177664 B)" in err and "4K" in err, err
+    assert not (runs[0] / "none").exists()

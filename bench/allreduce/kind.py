@@ -26,7 +26,7 @@ from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
 from bench.allreduce import plots
 from bench.allreduce.memory import MEMORY
-from bench.collectives.reading import COMM_METRICS, narrow_sized
+from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
 from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report
 from bench.harness.rows import timed_tables
 from bench.options import overrides
@@ -235,6 +235,7 @@ KIND = KINDS.register(Kind(
     add_options=add_options, options=options, units=units, measure=measure, plan=plan, finish=finish,
     estimate_s=estimate_s, memory=MEMORY,
     read=Reading(keys=("algorithm", "variant"), metrics=COMM_METRICS, group="algorithm",
-                 narrow=narrow_sized("-a", "algorithm"), aliases=("algorithm", "algorithms"), sized=True),
+                 narrow=narrow_sized("-a", "algorithm"), aliases=("algorithm", "algorithms"), settings=COMM_SETTINGS,
+                 sized=True),
     report=Report(title="Allreduce algorithms", section=plots.section, summary=allreduce_summary, live=AllreduceLive),
 ))

@@ -15,7 +15,7 @@ from bench.collectives import probe
 from bench.errors import BenchError
 from bench.collectives import plots
 from bench.collectives.memory import MEMORY
-from bench.collectives.reading import COMM_METRICS, narrow_sized
+from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
 from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report
 from bench.harness.rows import timed_tables
 from bench.options import overrides
@@ -185,7 +185,8 @@ KIND = KINDS.register(Kind(
     module=__name__, name="collectives", help="time every collective primitive across message sizes", config=CollectivesConfig,
     tables=("results", "samples", "ranks", "telemetry"), add_options=add_options, options=options, units=units,
     measure=measure, plan=plan, estimate_s=estimate_s, acceptance=acceptance, memory=MEMORY,
-    read=Reading(metrics=COMM_METRICS, group="collective", narrow=narrow_sized("-c", "collective"),
-                 aliases=("collective",), sized=True),
+    # gate groups: one per case_id (a collective at one dtype, op, root and mode; shown by its collective)
+    read=Reading(metrics=COMM_METRICS, group="case_id", narrow=narrow_sized("-c", "collective"),
+                 aliases=("collective",), settings=COMM_SETTINGS, sized=True),
     report=Report(title="Collectives", section=plots.section, summary=collectives_summary, live=CollectivesLive),
 ))

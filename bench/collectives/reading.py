@@ -6,6 +6,8 @@ from bench.kind import Metric
 
 # time: nccl-tests' figure (docs/schema.md says which mode and rank reduction); busbw shown only
 COMM_METRICS = (Metric("time_median_s", True, True), Metric("busbw_gbps", False, False))
+# what changes a collective's numbers beside its key (a baseline must agree on each)
+COMM_SETTINGS = ("mode", "blocking", "rank_reduce", "dtype", "op", "warmup_iters", "threads_per_rank", "device_type")
 
 
 def narrow_sized(flag: str, column: str):

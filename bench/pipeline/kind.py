@@ -13,7 +13,7 @@ from bench.report.terminal import StrategiesLive
 from bench.strategies import plots
 from bench.strategies.measure import efficiency_curve, measure
 from bench.strategies.memory import memory_of
-from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS
+from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
 
 
 def add_options(p):
@@ -76,7 +76,7 @@ KIND = KINDS.register(Kind(
     add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
     after_units=efficiency, at_world=at_world, memory=memory_of(expand_pipeline),
     # runs stored before meta.json named the kind: a suite named pipeline* was a pipeline sweep
-    read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule",
+    read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule", settings=TRAIN_SETTINGS,
                  claims=lambda meta: not meta.get("kind") and str(meta.get("suite", "")).startswith("pipeline")),
     report=Report(title="Pipeline", section=lambda entries, out: plots.section(entries, out, "pipeline", pipeline=True),
                   summary=strategies_summary, live=StrategiesLive),

@@ -261,7 +261,7 @@ def rerun_from_meta(meta: dict, extra_args=(), out=None) -> Path:
     config = dict(meta.get("config") or {})
     if not kind or not config:
         raise BenchError("the run's meta.json has no kind/config to re-run it from")
-    kind = {"collective": "collectives", "algorithm": "allreduce", "strategy": "strategies"}.get(kind, kind)
+    kind = normalize_kind(kind)
     tmp = Path(tempfile.mkdtemp(prefix="distbench-confirm-"))
     config.pop("out", None)
     suite = tmp / "suite.toml"

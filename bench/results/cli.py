@@ -14,7 +14,7 @@ from bench.results import ab
 from bench.results import baseline as bl
 from bench.results import fingerprint as fp
 from bench.results import gate as gt
-from bench.results.compare import Rules, compare_rows, normalize_kind, render
+from bench.results.compare import Rules, compare_rows, normalize_kind, reading, render
 from bench.results.export import to_pytest_benchmark
 from bench.results.store import load_run
 from bench.suite import tomllib
@@ -225,7 +225,11 @@ def _suite_raw(path) -> dict:
 def _suite_worlds(path) -> list[int]:
     raw = _suite_raw(path)
     w = raw.get("world", raw.get("stages", [2]))
-    return [int(x) for x in (w if isinstance(w, list) else [w])] if raw.get("kind") in ("collectives", "allreduce") else []
+    try:
+        sized = reading(raw.get("kind")).sized  # a size sweep's `world` is its list of worlds
+    except BenchError:
+        return []
+    return [int(x) for x in (w if isinstance(w, list) else [w])] if sized else []
 
 
 def _suite_backend(path) -> str | None:

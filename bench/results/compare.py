@@ -19,7 +19,7 @@ The rule (docs/gate.md has the reasoning and the numbers behind it):
   tolerance and its band:
     launch factor (the kind row): mean over cases of x_ir (the geometric mean of ratios), with
       geomean_tolerance; what a uniform slowdown moves;
-    groups (KINDS[kind].group_by: per collective case_id, algorithm, strategy, schedule): mean
+    groups (the kind's Reading.group: per collective case_id, algorithm, strategy, schedule): mean
       over the group's cases of x_ir - L_r, with geomean_tolerance and alpha / groups;
     cases: x_ir - L_r with the case's tolerance (10%, 25% below 1 MiB, per suite and case in a
       rules file, Rules.load); A/B: alpha / cases.
@@ -42,67 +42,28 @@ import pandas as pd
 from scipy import stats
 
 from bench.errors import BenchError
+from bench.kind import BASE_KEYS, KINDS, Metric, Reading, kind_named  # noqa: F401  (Metric, BASE_KEYS re-exported)
 from bench.suite import tomllib
 from bench.units import format_size, parse_size
-
-KIND_ALIASES = {
-    "collective": "collectives", "collectives": "collectives",
-    "algorithm": "allreduce", "allreduce": "allreduce",
-    "strategy": "strategies", "strategies": "strategies", "pipeline": "pipeline",
-}
-BASE_KEYS = ("case_id", "size_bytes", "placement", "world")
-
-
-@dataclass(frozen=True)
-class Metric:
-    column: str
-    lower_is_better: bool
-    gated: bool  # decides the gate; the others are shown only
-
-
-_COMM = (Metric("time_median_s", True, True), Metric("busbw_gbps", False, False))
-_TRAIN = (Metric("step_median_s", True, True), Metric("samples_per_s", False, False),
-          Metric("tokens_per_s", False, False), Metric("peak_memory_bytes", True, True),
-          Metric("bubble_measured", True, False))
-
-
-@dataclass(frozen=True, kw_only=True)
-class KindFacts:
-    """What the gate needs to know about a kind's rows (one table, KINDS; a later issue moves
-    each entry into its kind's folder)."""
-
-    keys: tuple  # key columns beyond BASE_KEYS
-    metrics: tuple  # Metric, in display order
-    group_by: str  # the key column whose value names a case's group (judged on its own band)
-    settings: tuple  # result columns that change the numbers: a run and a baseline must agree
-
-
-_COMM_SETTINGS = ("mode", "blocking", "dtype", "op", "warmup_iters", "threads_per_rank", "device_type")
-_TRAIN_SETTINGS = ("dtype", "device_type", "threads_per_rank", "batch", "micro_batch")
-KINDS = {
-    "collectives": KindFacts(keys=(), metrics=_COMM, group_by="case_id", settings=_COMM_SETTINGS),
-    "allreduce": KindFacts(keys=("algorithm", "variant"), metrics=_COMM, group_by="algorithm", settings=_COMM_SETTINGS),
-    "strategies": KindFacts(keys=("strategy", "model", "chunks", "schedule", "checkpoint"), metrics=_TRAIN,
-                            group_by="strategy", settings=_TRAIN_SETTINGS),
-    "pipeline": KindFacts(keys=("strategy", "model", "chunks", "schedule", "checkpoint"), metrics=_TRAIN,
-                          group_by="schedule", settings=_TRAIN_SETTINGS),
-}
-KIND_KEYS = {k: f.keys for k, f in KINDS.items()}
-METRICS = {k: f.metrics for k, f in KINDS.items()}
 
 VERDICTS = ("wrong", "regression", "improved", "ok", "unstable", "throttled", "n/a", "missing", "new")
 
 
 def normalize_kind(kind) -> str:
-    k = KIND_ALIASES.get(str(kind or "").strip().lower())
-    if k is None:
-        raise BenchError(f"unknown result kind '{kind}'; known: {', '.join(sorted(set(KIND_ALIASES.values())))}")
-    return k
+    """The registered kind a stored name means (a kind's name or one of its aliases)."""
+    try:
+        return kind_named(kind).name
+    except BenchError:
+        raise BenchError(f"unknown result kind '{kind}'; known: {', '.join(KINDS.names())}") from None
+
+
+def reading(kind) -> Reading:
+    """How this kind's rows are read: its keys, metrics, group column and settings (bench.kind)."""
+    return KINDS.get(normalize_kind(kind)).read
 
 
 def key_columns(kind: str, df: pd.DataFrame | None = None) -> list[str]:
-    cols = [*BASE_KEYS, *KIND_KEYS[normalize_kind(kind)]]
-    return [c for c in cols if df is None or c in df.columns]
+    return [c for c in reading(kind).key_columns() if df is None or c in df.columns]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,7 +206,7 @@ def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules
     for df, default in ((b, "baseline"), (c, "current")):
         df["run_id"] = df["run_id"].astype(str) if "run_id" in df.columns else default
     repeat_ids = sorted(b["run_id"].unique())
-    metrics = [m for m in METRICS[kind] if m.column in b.columns or m.column in c.columns]
+    metrics = [m for m in reading(kind).metrics if m.column in b.columns or m.column in c.columns]
     b_groups = {k if isinstance(k, tuple) else (k,): g for k, g in b.groupby(keys, sort=False)}
     c_groups = {k if isinstance(k, tuple) else (k,): g for k, g in c.groupby(keys, sort=False)}
     order = list(b_groups) + [k for k in c_groups if k not in b_groups]  # baseline order, then new cases
@@ -360,7 +321,7 @@ def group_label(kind: str, value, all_values) -> str:
     """A group's display name: a collective's case_id is shortened to its collective
     (all_reduce.float32.sum... -> all_reduce) unless two groups would share the short name."""
     value = str(value)
-    if KINDS[normalize_kind(kind)].group_by != "case_id":
+    if reading(kind).group != "case_id":
         return value
     short = {str(v).split(".")[0] for v in set(map(str, all_values))}
     return value.split(".")[0] if len(short) == len(set(map(str, all_values))) else value
@@ -379,7 +340,7 @@ def _decide(kind, cases, repeat_ids, rules: Rules, decide: float, launches: int,
     cases["band"] = math.nan
     for col in ("_band_log", "_decide_log"):
         cases[col] = math.nan
-    gcol = KINDS[kind].group_by
+    gcol = reading(kind).group
     kinds, groups = [], []
     for metric, idx in cases.groupby("metric", sort=False).groups.items():
         sub = cases.loc[idx]
@@ -442,7 +403,7 @@ def decompose(results: pd.DataFrame, kind: str, metric: str | None = None) -> di
     least squares) for docs/gate.md: sd of the launch effects, the raw between-launch sd (pooled
     over cases) and the residual sd ((I-1)(J-1) df)."""
     kind = normalize_kind(kind)
-    metric = metric or next(m.column for m in METRICS[kind] if m.gated)
+    metric = metric or next(m.column for m in reading(kind).metrics if m.gated)
     keys = key_columns(kind, results)
     y = np.log(_keyed(results, keys).pivot_table(index=keys, columns="run_id", values=metric, aggfunc="median"))
     y = y.dropna()
@@ -475,7 +436,7 @@ def with_confirmation(first: pd.DataFrame, confirm: pd.DataFrame, kind: str) -> 
         if key not in c.index:
             continue
         again = c.loc[key]
-        for m in METRICS[kind]:
+        for m in reading(kind).metrics:
             if m.column in f.columns and m.column in c.columns:
                 a, b2 = pd.to_numeric(row[m.column], errors="coerce"), pd.to_numeric(again[m.column], errors="coerce")
                 if pd.notna(a) and pd.notna(b2):
@@ -485,7 +446,7 @@ def with_confirmation(first: pd.DataFrame, confirm: pd.DataFrame, kind: str) -> 
     return out
 
 
-__all__ = ["Comparison", "KINDS", "KindFacts", "Metric", "METRICS", "Rules", "band_log", "compare_rows", "decompose",
+__all__ = ["Comparison", "Metric", "Rules", "reading", "band_log", "compare_rows", "decompose",
            "group_label", "key_columns", "normalize_kind", "public", "two_sample", "with_confirmation", "worse_log"]
 
 

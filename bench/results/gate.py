@@ -31,10 +31,11 @@ from typing import Callable
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.kind import KINDS
 from bench.results import baseline as bl
 from bench.results import fingerprint as fp
-from bench.results.compare import (AGGREGATED, DECIDABLE, KINDS, Comparison, Rules, _keyed, compare_rows, key_columns,
-                                    normalize_kind, public, render_cases, render_groups, render_kinds,
+from bench.results.compare import (AGGREGATED, DECIDABLE, Comparison, Rules, _keyed, compare_rows, key_columns,
+                                    normalize_kind, public, reading, render_cases, render_groups, render_kinds,
                                     with_confirmation)
 from bench.results.schema import SCHEMA_VERSION
 from bench.results.store import load_run
@@ -277,7 +278,7 @@ def settings_differences(meta_a: dict, rows_a: pd.DataFrame, meta_b: dict, rows_
     for k in CONFIG_SETTINGS:
         if k in ca and k in cb and ca[k] != cb[k]:
             out.append(f"{k}: {ca[k]!r} vs {cb[k]!r}")
-    columns = KINDS[normalize_kind(kind)].settings if kind else tuple(dict.fromkeys(c for f in KINDS.values() for c in f.settings))
+    columns = reading(kind).settings if kind else tuple(dict.fromkeys(c for k in KINDS for c in k.read.settings))
     said = {o.split(":")[0] for o in out} | {"mode" if "modes" in o else "" for o in out}
     for col in columns:
         va, vb = _distinct(rows_a, col), _distinct(rows_b, col)
@@ -411,15 +412,7 @@ def narrowing_args(kind: str, todo: pd.DataFrame, current: pd.DataFrame) -> list
     kind = normalize_kind(kind)
     keys = [k for k in key_columns(kind) if k in todo.columns]
     rows = _only(current, todo, keys) if len(todo) else current.iloc[0:0]
-    args = []
-    sizes = sorted({int(s) for s in pd.to_numeric(rows.get("size_bytes"), errors="coerce").dropna()}) if len(rows) else []
-    if kind == "collectives" and "collective" in rows:
-        args += ["-c", ",".join(sorted(set(rows["collective"].dropna().astype(str))))]
-    elif kind == "allreduce" and "algorithm" in rows:
-        args += ["-a", ",".join(sorted(set(rows["algorithm"].dropna().astype(str))))]
-    if kind in ("collectives", "allreduce") and sizes and min(sizes) > 0:
-        args += ["--sizes", ",".join(str(s) for s in sizes)]
-    return args
+    return reading(kind).narrow(rows)
 
 
 def default_rerun(current: pd.DataFrame, kind: str) -> Callable[[pd.DataFrame, dict], Path]:

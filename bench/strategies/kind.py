@@ -12,7 +12,7 @@ from bench.report.terminal import StrategiesLive
 from bench.strategies import plots
 from bench.strategies.config import StrategiesConfig, expand_strategies
 from bench.strategies.memory import memory_of
-from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS
+from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
 from bench.strategies.measure import measure
 
 
@@ -69,7 +69,7 @@ KIND = KINDS.register(Kind(
     tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans", "telemetry"),
     add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
     at_world=at_world, memory=memory_of(expand_strategies),
-    read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="strategy", aliases=("strategy",)),
+    read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="strategy", aliases=("strategy",), settings=TRAIN_SETTINGS),
     report=Report(title="Strategies", section=lambda entries, out: plots.section(entries, out, "strategies", pipeline=False),
                   summary=strategies_summary, live=StrategiesLive),
 ))
