@@ -67,4 +67,4 @@ def test_preflight_asks_the_kind_for_memory(runs, capsys):
     assert main([toy_kind.NAME, "--suite", str(suite), "--sizes", "4K,65536G", "--out", str(runs[0] / "none")]) == 2
     err = capsys.readouterr().err
     assert "the largest case (add at 70368744177664 B)" in err and "4K" in err, err
-    assert not (runs[0] / "none").exists()
+    assert not (runs[0] / "none" / toy_kind.NAME).exists()  # refused before any run directory
