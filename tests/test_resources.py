@@ -245,3 +245,11 @@ def test_every_kind_answers_memory(name):
     need, label = kind.memory.need(cfg, world)
     assert need > 0 and label
     assert isinstance(kind.memory.fits(cfg, world, float(need)), list)
+
+
+def test_ring_scratch_with_one_chunk_per_segment():
+    """chunk 0 (nccl's default: one chunk per segment) keeps DEPTH segments of S / world, not 4 bytes."""
+    ring = ALGORITHMS.get("ring")
+    assert ring.scratch_bytes(64 * 2**20, 8, 0) == 4 * 8 * 2**20
+    assert ring.scratch_bytes(64 * 2**20, 2, 0) == 64 * 2**20  # never more than S
+    assert ring.scratch_bytes(64 * 2**20, 8, 2**20) == 4 * 2**20

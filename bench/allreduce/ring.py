@@ -44,7 +44,9 @@ class Ring(Algorithm):
     name = "ring"
 
     def scratch_bytes(self, size_bytes: int, world: int, chunk_bytes: int) -> int:
-        return min(size_bytes, DEPTH * max(chunk_bytes, 1))  # DEPTH chunk-sized receives in flight
+        # DEPTH chunk-sized receives in flight; chunk 0 = one chunk per segment (S / world, the nccl default)
+        chunk = chunk_bytes if chunk_bytes > 0 else -(-size_bytes // max(world, 1))
+        return min(size_bytes, DEPTH * chunk)
     model = "a = 2(n-1), b = 2(n-1)/n"
 
     def cost(self, n):
