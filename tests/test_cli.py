@@ -84,7 +84,7 @@ def test_list_shows_every_registered_unit(capsys):
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     shown = {tuple(line.split()[:2]) for line in lines}
-    for what, registry in (("collective", COLLECTIVES), ("allreduce", ALGORITHMS), ("strategy", STRATEGIES),
+    for what, registry in (("collective", COLLECTIVES), ("algorithm", ALGORITHMS), ("strategy", STRATEGIES),
                            ("kind", KINDS)):
         assert {(what, n) for n in registry.names()} <= shown, what
 

@@ -1,11 +1,11 @@
 """Issue 19: a kind defined in tests/ (toy_kind.py) runs through every generic command with no
 edit anywhere in bench/: run, show, report, compare, gate and preflight."""
 
+import importlib
 import json
 
 import pytest
 
-import toy_kind  # noqa: F401  (registers the toy kind)
 from bench.cli import main
 from bench.kind import KINDS
 
@@ -13,7 +13,18 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def toy():
+    """The toy kind, registered for this module's tests only (other modules parametrize over the
+    registry at collection time, and never see it)."""
+    module = importlib.import_module("toy_kind")  # registers it (once per process)
+    KINDS.register(module.KIND) if module.NAME not in KINDS else None
+    yield module
+    KINDS._items.pop(module.NAME, None)  # noqa: SLF001  (tests only: leave the registry as found)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, toy):
+    toy_kind = toy
     root = tmp_path_factory.mktemp("toy")
     suite = root / "toy.toml"
     suite.write_text(f'kind = "{toy_kind.NAME}"\nworld = [2]\nsizes = ["4K", "64K"]\niters = 5\ntelemetry = false\n')
@@ -24,11 +35,12 @@ def runs(tmp_path_factory):
     return root, suite, dirs
 
 
-def test_the_toy_kind_is_registered_and_in_the_cli():
-    assert toy_kind.NAME in KINDS.names()
+def test_the_toy_kind_is_registered_and_in_the_cli(toy):
+    assert toy.NAME in KINDS.names()
 
 
-def test_run_and_show(runs, capsys):
+def test_run_and_show(runs, toy, capsys):
+    toy_kind = toy
     _, _, dirs = runs
     meta = json.loads((dirs[0] / "meta.json").read_text())
     assert meta["kind"] == toy_kind.NAME and meta["state"] == "complete"
@@ -60,7 +72,8 @@ def test_compare_and_gate(runs, capsys):
     assert "toy.add" in out and "time_median_s" in out
 
 
-def test_preflight_asks_the_kind_for_memory(runs, capsys):
+def test_preflight_asks_the_kind_for_memory(runs, toy, capsys):
+    toy_kind = toy
     _, suite, _ = runs
     # 64 TiB (65536G) per rank cannot fit: the figure and the hint come from the toy kind's Memory answer
     capsys.readouterr()
