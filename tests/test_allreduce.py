@@ -331,6 +331,7 @@ def test_bad_input_through_the_real_entry_point_has_no_traceback(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_rows_model_and_labelled_predictions(tmp_path):
     suite = tmp_path / "tiny.toml"
     suite.write_text('kind = "allreduce"\nname = "tiny"\nworld = [1, 3]\nsizes = ["4K", "64K", "1M"]\n'
@@ -361,6 +362,7 @@ def test_tiny_run_writes_rows_model_and_labelled_predictions(tmp_path):
     assert not (run_dir / "parts").exists()
 
 
+@pytest.mark.slow
 def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, monkeypatch, capsys):
     """The NCCL variant plumbing, exercised on gloo (which ignores NCCL_ALGO): the plan made for
     nccl has one more native-only launch; run on gloo, the setting reaches the fresh ranks, labels

@@ -255,6 +255,7 @@ iters = 20
 """
 
 
+@pytest.mark.slow
 def test_cli_run_on_a_tiny_suite(tmp_path):
     suite = tmp_path / "tiny.toml"
     suite.write_text(TINY)

@@ -149,6 +149,7 @@ def test_directions_are_mirror_images(factor, sigma):
 # the gate on synthetic runs
 
 
+@pytest.mark.slow
 def test_unchanged_code_passes_and_slowdown_fails(tmp_path):
     base = make_baseline(tmp_path)
     rng = np.random.default_rng(42)

@@ -19,6 +19,8 @@ ARGS = ["collectives", "-c", "all_reduce,broadcast", "--sizes", "4K,64K", "--bud
         "-w", "1", "--no-telemetry"]
 BOUND_S = 240  # generous: a loaded 2-core machine starts two ranks slowly
 
+pytestmark = pytest.mark.slow  # every test here starts real launches and kills them (about 3 minutes)
+
 
 def _run(out, *extra, fault=None, timeout=BOUND_S):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

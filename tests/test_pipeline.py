@@ -170,6 +170,7 @@ def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
     assert_usage_error(rc, capsys.readouterr().err, message, out)
 
 
+@pytest.mark.slow
 def test_make_bench_pipeline_end_to_end(tmp_path):
     """`make bench-pipeline CHUNKS=1,2` on the tiny preset: rows, per-rank and per-step tables,
     memory fields typed, correctness checked, summary printed."""

@@ -1,6 +1,7 @@
 """--profile: torch.profiler traces per rank and case, labelled, outside the timed region, and the
 breakdown read back from a Chrome trace (bench/timing/profile.py)."""
 
+import pytest
 import json
 
 import pandas as pd
@@ -44,6 +45,7 @@ def test_trace_file_name_is_safe(tmp_path):
     assert p.parent == tmp_path / "traces" and p.name == "a_b_c@1M.rank3.json"
 
 
+@pytest.mark.slow
 def test_profile_collectives_writes_labelled_traces_per_rank(tmp_path):
     out = tmp_path / "res"
     p = run_cli("collectives", "-c", "all_reduce", "--sizes", "4K,64K", "--nproc", "2", "--budget-s", "0.005",

@@ -147,6 +147,7 @@ def test_baseline_overlay_and_gate_section(stored, tmp_path):
         assert "collectives/20260101T000000Z-coll01 vs baseline" in text or "gate failed" in text
 
 
+@pytest.mark.slow
 def test_ten_runs_stay_one_png_per_plot(tmp_path):
     dirs = [fx.collectives_run(tmp_path / "r", run_id=f"20260101T0000{i:02d}Z-many{i:02d}", scale=1 + i / 10)
             for i in range(10)]

@@ -69,6 +69,7 @@ def _console_errors(stderr: str) -> list[str]:
             if re.search(r":CONSOLE(\(\d+\)|:\d+)\]", line) or re.search(r"net::ERR_(FILE_NOT_FOUND|ACCESS_DENIED)", line)]
 
 
+@pytest.mark.slow
 def test_report_in_chromium(tmp_path):
     browser = _chromium()
     root = tmp_path / "results"

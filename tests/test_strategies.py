@@ -140,6 +140,7 @@ def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
     assert_usage_error(rc, capsys.readouterr().err, message, out)
 
 
+@pytest.mark.slow
 def test_bench_strategies_end_to_end_tiny(tmp_path):
     """Every strategy through the CLI on the tiny presets: one row per case, single-process ones
     honestly at world 1 and flagged on CPU, every case checked against the reference."""

@@ -100,6 +100,7 @@ def test_interval_is_validated_in_the_suite():
         CollectivesConfig(telemetry_interval_s=0)
 
 
+@pytest.mark.slow
 def test_summary_joined_into_result_rows(tmp_path):
 
 
