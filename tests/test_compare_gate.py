@@ -456,3 +456,22 @@ def test_screening_and_two_launch_mean_catch_a_uniform_slowdown_one_launch_canno
     unchanged = gate(base, make_run(tmp_path / "cur3", "cur3", dict(TRUE)),
                      rerun=FakeRerun(tmp_path / "conf3", dict(TRUE)))
     assert unchanged.exit_code == 0, unchanged.reason
+
+
+def test_a_case_never_flagged_in_the_first_launch_cannot_be_confirmed(tmp_path):
+    """Seen in gate_eval on unchanged code (all_gather_single@16M: first launch ok, 'regression'
+    after the re-run): the better of two launches is judged against a launch factor taken from
+    both, which moves a case nobody flagged. A case regression needs the first launch beyond the
+    screen too (both launches beyond the threshold)."""
+    base = make_baseline(tmp_path)
+    flagged = ("all_gather_single", 16 * MiB)
+    quiet = ("broadcast", 64 * MiB)
+    times = dict(TRUE)
+    times[flagged] = TRUE[flagged] * 2.0  # the screen flags this one: every case is re-run
+    run = make_run(tmp_path / "cur", "cur", times)
+    again = {k: v * 0.6 for k, v in TRUE.items()}  # a fast confirmation launch ...
+    again[quiet] = TRUE[quiet]  # ... in which one case, ok in the first launch, stays put
+    v = gate(base, run, rerun=FakeRerun(tmp_path / "conf", again))
+    row = v.cases.query("metric == 'time_median_s' and case_id.str.startswith('broadcast') and size_bytes == @MiB * 64")
+    assert row.iloc[0]["first_verdict"] == "ok"
+    assert row.iloc[0]["verdict"] == "ok", v.reason
