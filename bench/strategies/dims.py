@@ -16,6 +16,15 @@ MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 SHORT = {"pp": "pp", "dp_replicate": "dp", "dp_shard": "fsdp", "tp": "tp"}
 
 
+def arithmetic(world: int, degrees: dict) -> str:
+    """'pp(2) * tp(3) = 6 != world(4)': the degrees > 1 (pp when none), their product, the world."""
+    used = [n for n in MESH_DIMS if degrees.get(n, 1) > 1] or ["pp"]
+    prod = 1
+    for n in MESH_DIMS:
+        prod *= degrees.get(n, 1)
+    return f"{' * '.join(f'{SHORT[n]}({degrees.get(n, 1)})' for n in used)} = {prod} {'==' if prod == world else '!='} world({world})"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ParallelDims:
     world: int  # processes
@@ -29,10 +38,8 @@ class ParallelDims:
             if getattr(self, name) < 1:
                 raise BenchError(f"{name} {getattr(self, name)} must be >= 1")
         if self.product != self.world:
-            used = [n for n in MESH_DIMS if getattr(self, n) > 1] or ["pp"]
-            terms = " * ".join(f"{SHORT[n]}({getattr(self, n)})" for n in used)
-            raise BenchError(f"{terms} = {self.product} != world({self.world}); choose degrees whose product "
-                             f"is the world size")
+            raise BenchError(f"{arithmetic(self.world, {n: getattr(self, n) for n in MESH_DIMS})}; choose degrees "
+                             f"whose product is the world size")
 
     @property
     def product(self) -> int:
