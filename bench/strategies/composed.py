@@ -32,12 +32,15 @@ class ComposedTrainer(DataParallelTrainer):
     def grads(self) -> dict:
         return self.par.full_grads(self.par.inner)
 
+    def solo(self):  # a whole unsharded replica is not what a TP shard computes: no comm-free estimate
+        return None
+
 
 def setup_dp_tp(ctx: Ctx) -> ComposedTrainer:
     dims = ctx.dims
     mesh = dims.build_mesh(ctx.device.type)
     model = build_model(ctx.spec, ctx.seed).to(ctx.device)
-    par = parallelize(model, model, ctx.spec, dims, mesh, ctx.device, ctx.bucket_cap_mb)
+    par = parallelize(model, model, ctx.spec, dims, mesh)
     batches = Batches(ctx.spec, dims.local_batch(ctx.batch), ctx.steps, ctx.seed, replicas=dims.dp,
                       rank=dims.dp_rank(ctx.rank))
     return ComposedTrainer(ctx, par, batches)

@@ -121,9 +121,8 @@ def expand_strategies(cfg: StrategiesConfig) -> tuple[list[CaseSpec], list[str]]
                 if strategy.composed and w >= strategy.min_world and w % strategy.min_world == 0:
                     d = strategy.dims(w)
                     kw.update(tp=d.tp, dp=d.dp_replicate, fsdp=d.dp_shard)
-                uses_ddp = s == "ddp" or (strategy.composed and strategy.dims(strategy.min_world).dp_replicate > 1)
                 case = CaseSpec(strategy=s, model=model, world=w, batch=cfg.batch,
-                                bucket_cap_mb=cfg.bucket_cap_mb if uses_ddp else 0.0, **kw)
+                                bucket_cap_mb=cfg.bucket_cap_mb if s == "ddp" else 0.0, **kw)
                 skip = strategy.check(spec, case)
                 if skip:
                     notes.append(skip)

@@ -86,7 +86,7 @@ class ParallelDims:
     def build_mesh(self, device_type: str):
         """One DeviceMesh over the enabled dimensions (torchtitan builds only those too: each
         dimension is a process group per slice); 1-D when one parallelism alone."""
-        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.device_mesh import init_device_mesh  # lazy: dims is pure arithmetic (configs import it)
 
         names = self.enabled or ("pp",)
         return init_device_mesh(device_type, tuple(getattr(self, n) for n in names), mesh_dim_names=names)

@@ -13,26 +13,28 @@ applies, in this one order:
 3. Data parallelism over the dp dimensions:
    - dp_shard > 1: FSDP2 fully_shard on every piece, then on the module, over mesh["dp_shard"]
      (HSDP, mesh["dp_replicate", "dp_shard"], when both are > 1);
-   - dp_replicate > 1 alone: torch DDP (DistributedDataParallel, process group of mesh["dp_replicate"])
-     when the parameters are plain tensors; with TP they are DTensors, which DDP does not take
-     (torchtitan refuses DDP beyond 1-D for that reason), so the replica dimension is torch's
-     FSDP2-based `replicate` (torch.distributed._composable.replicate_with_fsdp): the same
-     all-reduce of gradients, on DTensor parameters.
-   torch.distributed.pipelining's PipelineStage knows both (stage.backward_maybe_with_nosync:
-   DDP no_sync / FSDPModule set_requires_gradient_sync until the last micro-batch).
+   - dp_replicate > 1 alone: DDP semantics (replicated parameters, gradients all-reduced and
+     averaged) through torch's FSDP2-based `replicate` (torch.distributed._composable.replicate_with_fsdp)
+     over mesh["dp_replicate"], not nn.parallel.DistributedDataParallel: DDP takes no DTensor
+     parameters (torchtitan refuses DDP beyond 1-D for that reason), and under a pipeline schedule
+     its reducer fails on the second step (torch 2.13: "rebuilt parameter indices size is not same
+     as original model parameters size", 4 vs 8, after a 2-micro-batch first step). The plain `ddp`
+     strategy stays torch DDP.
+   torch.distributed.pipelining's PipelineStage knows FSDPModule / ReplicateModule
+   (stage.backward_maybe_with_nosync: gradient sync only after the last micro-batch).
 
 `full_grads` turns the result's gradients back into full tensors for the reference check:
 DTensor.full_tensor() (a collective over the parameter's mesh: every peer of the stage calls it in
 the same order).
 """
 
+import logging
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from bench.errors import BenchError
 from bench.strategies import tp as tp_mod
 from bench.strategies.dims import SHORT, ParallelDims
 from bench.workloads.models import ModelSpec
@@ -59,10 +61,6 @@ def layout_dims(name: str, world: int) -> ParallelDims:
     return ParallelDims(world=world, **deg)
 
 
-def layout_of(dims: ParallelDims) -> str:
-    return dims.layout
-
-
 def minimum_world(name: str) -> int:
     """The smallest world where every dimension of the layout is >= 2."""
     return 2 ** len(LAYOUTS[name])
@@ -82,47 +80,49 @@ class Parallelized:
 
     def full_grads(self, pieces: nn.Module) -> dict:
         """{full-model parameter name: full gradient} of `pieces` (collective on DTensor grads)."""
+        return full_grads(pieces)
+
+
+def full_grads(pieces: nn.Module) -> dict:
+    """{parameter name: full gradient, on the CPU}: DTensor gradients (TP, FSDP2, replicate) gathered
+    with full_tensor(), a collective over the parameter's mesh that every peer calls in the same order.
+    torch warns that a gradient sharded over (dp_shard, tp) takes two all-gathers: silenced here
+    (this is the untimed check, not the measured step)."""
+    quiet = logging.getLogger("torch.distributed.tensor._redistribute")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
         out = {}
         for n, p in pieces.named_parameters():
-            if p.grad is None:
-                continue
-            g = p.grad
-            out[n] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().cpu().clone()
+            if p.grad is not None:
+                g = p.grad
+                out[n] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().cpu().clone()
         return out
+    finally:
+        quiet.setLevel(level)
 
 
-def _fully_shard():
-    from bench.strategies.fsdp import _fully_shard as f
-
-    return f()
-
-
-def parallelize(module: nn.Module, pieces: nn.Sequential, spec: ModelSpec, dims: ParallelDims, mesh,
-                device: torch.device, bucket_cap_mb: float = 25.0) -> Parallelized:
+def parallelize(module: nn.Module, pieces: nn.Sequential, spec: ModelSpec, dims: ParallelDims, mesh) -> Parallelized:
     """Apply TP, then (activation checkpointing lives in the module), then FSDP2 / DDP to
     `module`, whose `pieces` are the model's pieces keyed by their index in the full model."""
     if dims.tp > 1:
-        from torch.distributed.tensor.parallel import parallelize_module  # lazy: TP only when a layout uses it
+        from torch.distributed.tensor.parallel import parallelize_module  # lazy: torch.distributed.tensor.parallel (~0.6 s) only when a layout uses TP
 
         parallelize_module(pieces, mesh["tp"], tp_mod.plan(spec, [int(k) for k in pieces._modules]))
     if dims.dp_shard > 1:
-        fully_shard = _fully_shard()
+        from bench.strategies.fsdp import _fully_shard  # lazy: fsdp registers itself after pp (display order)
+
+        fully_shard = _fully_shard()  # torch's FSDP2 (bench.strategies.fsdp picks the module by torch version)
         dp_mesh = mesh["dp_replicate", "dp_shard"] if dims.dp_replicate > 1 else mesh["dp_shard"]
         for piece in pieces:
             fully_shard(piece, mesh=dp_mesh)
         fully_shard(module, mesh=dp_mesh)
         return Parallelized(module=module, inner=module)
     if dims.dp_replicate > 1:
-        if dims.tp > 1:
-            from torch.distributed._composable.replicate_with_fsdp import replicate  # lazy: DDP on DTensor params
+        from torch.distributed._composable.replicate_with_fsdp import replicate  # lazy: FSDP2 internals only for composed DDP
 
-            replicate(module, mesh=mesh["dp_replicate"])
-            return Parallelized(module=module, inner=module)
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        kw = {"device_ids": [device.index]} if device.type == "cuda" else {}
-        ddp = DDP(module, process_group=mesh.get_group("dp_replicate"), bucket_cap_mb=bucket_cap_mb, **kw)
-        return Parallelized(module=ddp, inner=module)
+        replicate(module, mesh=mesh["dp_replicate"])
+        return Parallelized(module=module, inner=module)
     return Parallelized(module=module, inner=module)
 
 
@@ -148,8 +148,3 @@ def describe(dims: ParallelDims) -> str:
     """'pp(2) x dp(2) x tp(2)' for roles and notes."""
     return " x ".join(f"{SHORT[n]}({getattr(dims, n)})" for n in dims.enabled) or "one process"
 
-
-def unknown_layout(name: str) -> BenchError:
-    from bench.errors import unknown
-
-    return unknown("layout", name, LAYOUTS)

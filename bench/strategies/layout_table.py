@@ -1,15 +1,15 @@
 """The report's layout comparison: at each world where several layouts ran (pp x tp, fsdp x tp,
 ddp x tp, pp x dp, ... and the single strategies), what each costs and buys per device."""
 
-import numpy as np
 import pandas as pd
 
 from bench.report.plots.data import num
 
 TITLE = ("Layouts at equal world: throughput per device, bubble (mean / worst pipeline rank), memory per rank "
-         "(max over ranks: CUDA peak reserved or host peak RSS), communication share of the step "
-         "(exposed p2p waits, plus for ddp / fsdp / tp the timed forward+backward minus the same compute "
-         "without communication, where measured)")
+         "(max over ranks: CUDA peak reserved or host peak RSS), communication share of the step: "
+         "communication outside the compute spans (pipeline p2p waits; for ddp / fsdp alone the timed "
+         "forward+backward minus the same compute without communication). TP and FSDP collectives inside "
+         "a composed layout's forward/backward count as its compute (no comm-free run of a shard to subtract)")
 
 
 def layout_rows(res: pd.DataFrame) -> pd.DataFrame:
@@ -31,7 +31,7 @@ def layout_rows(res: pd.DataFrame) -> pd.DataFrame:
         "wrong": df["wrong"], "degraded": df.get("degraded", pd.Series("", index=df.index)).fillna(""),
     })
     out = out.sort_values(["run", "world", "model", "samples/s/device"], ascending=[True, True, True, False])
-    return out.replace({np.nan: None})
+    return out
 
 
 def layout_table(res: pd.DataFrame) -> tuple[str, str] | None:

@@ -21,7 +21,7 @@ from bench.errors import BenchError, unknown
 from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.dims import SHORT, ParallelDims
-from bench.strategies.layout import check_dims, global_batch, parallelize
+from bench.strategies.layout import check_dims, full_grads, global_batch, parallelize
 from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
 from bench.strategies.footprint import sharded
@@ -183,7 +183,7 @@ class PPTrainer(Trainer):
             mod = StageModule(full[lo:hi], lo, ctx.checkpoint, ctx.chunks, self.clock, s).to(ctx.device)
             run = mod
             if mesh is not None:  # TP, then (the module's own) checkpointing, then FSDP2 / DDP
-                run = parallelize(mod, mod.pieces, ctx.spec, dims, mesh, ctx.device, ctx.bucket_cap_mb).module
+                run = parallelize(mod, mod.pieces, ctx.spec, dims, mesh).module
             st = PipelineStage(run, s, self.n_stages, ctx.device, group=group)
             _instrument(st, mod, self.clock)
             self.mods.append(mod)
@@ -258,10 +258,7 @@ class PPTrainer(Trainer):
     def grads(self) -> dict:
         mine = {}
         for mod in self.mods:
-            for n, q in mod.pieces.named_parameters():
-                if q.grad is not None:  # a Sequential slice keeps the full model's keys
-                    g = q.grad  # a DTensor under TP / FSDP: gathered from its shards (collective)
-                    mine[n] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().cpu().clone()
+            mine.update(full_grads(mod.pieces))  # a Sequential slice keeps the full model's keys; DTensors gathered
         out = [None] * self.ctx.world
         dist.all_gather_object(out, mine)
         return {k: v for d in out for k, v in d.items()}
