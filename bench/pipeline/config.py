@@ -94,6 +94,10 @@ def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
                     # fixed micro-batch mode: micro_batch samples per micro-batch of every data-parallel pipeline
                     batch = mb * m * cfg.dp * cfg.fsdp if mb else cfg.batch
                     local = cfg.dims(stages * cfg.inner, stages).local_batch(batch)  # each pipeline's share
+                    if local != batch and local % m:
+                        raise BenchError(f"batch {batch} / dp x fsdp {batch // local} = {local} samples per pipeline "
+                                         f"is not divisible by chunks {m}; choose a batch that is a multiple of "
+                                         f"{m * batch // local}")
                     validate(schedule=sched, stages=stages, chunks=m, batch=local, depth=spec.depth,
                              balance=cfg.balance, strict=True, preset=spec.preset)
                     for ck in cfg.checkpoint:
