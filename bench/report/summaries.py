@@ -186,6 +186,30 @@ def strategy_line(r: dict) -> str:
             f"{mib(r['peak_memory_bytes']):>12} {r['wrong']:>5}{' [degraded]' if r.get('degraded') else ''}")
 
 
+def _finite(x) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _bubble_table(pp: list[dict]) -> list[str]:
+    """Per schedule: the measured bubble beside the exact one (timed workload: the schedule's own
+    order replayed with the known action times) and the schedule's formula."""
+    have = [r for r in pp if "bubble_theory" in r]
+    if not have:
+        return []
+    out = ["#", "# Bubble per schedule: measured | exact (timed workload) | measured - exact | theory (formula)"]
+    order = lambda r: (r["model"], r["world"], r["chunks"], r["schedule"], r["checkpoint"])  # noqa: E731
+    for r in sorted(have, key=order):
+        ex = r.get("bubble_exact")
+        diff = f"{(r['bubble_measured'] - ex) * 100:+5.1f} pp" if _finite(ex) else "     -  "
+        out.append(f"#   {r['model']:<10} p={r['world']:<2} m={r['chunks']:<3} {r['schedule']:<14} "
+                   f"measured {pct(r['bubble_measured']):>4}  exact {pct(ex) if _finite(ex) else '-':>4}  {diff}  "
+                   f"theory {pct(r.get('bubble_theory')):>4} {r.get('bubble_theory_formula') or ''}")
+    return out
+
+
 def strategies_summary(run) -> str:
     rows, out = _rows(run), []
     eff = _rows(run, "microbatch_efficiency")
@@ -210,6 +234,7 @@ def strategies_summary(run) -> str:
                 f"megatron {pct(r['bubble_megatron_theory']):>5}  replay {pct(r['replay_bubble']):>4} = "
                 f"schedule {pct(r['replay_schedule_bubble']):>4} + imbalance {pct(r['replay_imbalance']):>4}  "
                 f"comm+overhead {pct(r['comm_overhead_frac']):>4}" for r in sorted(pp, key=order)]
+        out += _bubble_table(pp)
     wrong = sum(int(r["wrong"] or 0) for r in rows)
     out.append(f"#  Correctness vs single-process reference ({rows[0]['tolerance'] if rows else ''}): "
                f"{wrong} wrong tensor(s) {'OK' if wrong == 0 else 'FAILED'}")
