@@ -64,7 +64,7 @@ def test_inflight_counts_what_each_rank_holds_at_once():
 def test_extrapolation_is_marked_with_the_reason():
     cal = pl.fit(CAL, order_of)
     p = pl.predict(cal, pl.Candidate(stages=4, schedule="1f1b", chunks=16, micro_batch=64), order_of)
-    assert "4 stages not calibrated (have 2)" in p.extrapolated
+    assert "4 model stages not calibrated (have 2)" in p.extrapolated
     assert "micro-batch 64 outside the calibrated 128..1024" in p.extrapolated
 
 
@@ -85,3 +85,27 @@ def test_mixed_models_and_no_cases_are_refused():
     other = pl.Observation(**{**CAL[0].__dict__, "model": "gpt-tiny"})
     with pytest.raises(BenchError, match="mix models gpt-tiny, mlp-pipe"):
         pl.fit([CAL[0], other], order_of)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "looped_bfs", "interleaved_zb", "zbv",
+                                      "dualpipev"])
+def test_torch_order_is_built_without_a_process_group_for_every_schedule(schedule):
+    """Each rank's order holds every (stage, micro-batch) of its stages once per action kind."""
+    from bench.strategies import schedules as scheds
+
+    p, m = 2, 4
+    order = pl.torch_order(schedule, p, m)
+    sch = scheds.get(schedule)
+    assert sorted(order) == list(range(p))
+    for r, acts in order.items():
+        for s in sch.stage_ids(r, p):
+            for kind in ("F",):
+                assert sorted(i for st, k, i in acts if st == s and k == kind) == list(range(m))
+            backs = sorted(i for st, k, i in acts if st == s and k in ("B", "W"))
+            assert backs == list(range(m))  # every micro-batch's backward ends with B or W
+    assert replay(order, {(s, k): 1.0 for s in range(p * sch.per_rank) for k in "FBIW"}).step_s > 0
+
+
+def test_torch_order_refuses_what_the_schedule_cannot_run():
+    with pytest.raises(BenchError, match="dualpipev needs chunks >= pipeline stages"):
+        pl.torch_order("dualpipev", 2, 2)
