@@ -227,9 +227,9 @@ def strategies_summary(run) -> str:
     if pp:
         out += ["#", "# Pipeline bubble: measured idle/step | GPipe (p-1)/(m+p-1) | Megatron (p-1)/(v m) | replay: "
                 "schedule + imbalance | comm+overhead = (1 - compute/step) - replay"]
-        order = lambda r: (r["model"], r["schedule"], r["micro_batch"] if r["sweep_mode"] == "micro-batch" else 0,  # noqa: E731
-                           r["chunks"], r["checkpoint"])
-        out += [f"#   {r['model']:<10} {r['schedule']:<11} m={r['chunks']:<3} mb={r['micro_batch']:<4} "
+        order = lambda r: (r["model"], r["world"], r["schedule"],  # noqa: E731
+                           r["micro_batch"] if r["sweep_mode"] == "micro-batch" else 0, r["chunks"], r["checkpoint"])
+        out += [f"#   {r['model']:<10} p={r['world']:<2} {r['schedule']:<14} m={r['chunks']:<3} mb={r['micro_batch']:<4} "
                 f"{r['checkpoint']:<11} measured {pct(r['bubble_measured']):>4}  gpipe {pct(r['bubble_gpipe_theory']):>4}  "
                 f"megatron {pct(r['bubble_megatron_theory']):>5}  replay {pct(r['replay_bubble']):>4} = "
                 f"schedule {pct(r['replay_schedule_bubble']):>4} + imbalance {pct(r['replay_imbalance']):>4}  "
