@@ -18,6 +18,7 @@ from bench.results import cli as results_cli
 from bench.overhead import cli as telemetry_cli
 from bench.allreduce import REGISTRY as ALGORITHMS
 from bench.collectives import REGISTRY as COLLECTIVES
+from bench.collectives.imports import cli as import_cli
 from bench import preflight
 from bench.distributed.env import (check_world, gpu_layout, launcher_world, ranks_per_node, resolve_backend,
                                    select_device, torch_env)
@@ -30,7 +31,7 @@ from bench.strategies import REGISTRY as STRATEGIES
 from bench.suite import int_list, load_suite, resolve_suite
 
 # Subcommands that are not benchmark kinds: each module has add_parser(subparsers).
-COMMANDS = (telemetry_cli, report_cli, results_cli)
+COMMANDS = (telemetry_cli, report_cli, results_cli, import_cli)
 
 
 def build_parser() -> Parser:

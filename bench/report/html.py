@@ -165,6 +165,22 @@ def _section_for(kind: str, entries: list[Entry], out_dir: Path) -> Section:
     return sec
 
 
+def _headline_for(kind: str, entries: list[Entry], out_dir: Path) -> Section | None:
+    """The kind's headline (one small plot and a short table: what the reader came for), or None
+    when the kind declares none. A failing headline is a note, never a lost report."""
+    if kind not in KINDS or KINDS.get(kind).report.headline is None:
+        return None
+    k = KINDS.get(kind)
+    try:
+        sec = k.report.headline(entries, out_dir)
+    except Exception as err:  # noqa: BLE001 - the details below still hold every plot
+        sec = Section(f"{kind}-headline", k.report.title)
+        sec.missing.append(f"no headline: {type(err).__name__}: {err}")
+    if sec is not None:
+        sec.title = k.report.title
+    return sec
+
+
 def _template() -> jinja2.Template:
     env = jinja2.Environment(loader=jinja2.PackageLoader("bench.report", "templates"),
                              autoescape=True,  # every run string (command lines, notes) is data, never markup
@@ -187,11 +203,15 @@ def build_report(run_dirs, out_dir, baseline_dirs=(), title: str | None = None) 
             e.label = f"baseline {e.label}"
     kinds = {id(e): runs_mod.kind_of(e.run.meta, results=e.run.tables.get("results")) for e in entries}
     order = [k for k in KINDS.names() if k in kinds.values()] + sorted(set(kinds.values()) - set(KINDS.names()))
-    sections = []
+    sections, headlines = [], []
     for kind in order:
         group = [e for e in entries if kinds[id(e)] == kind]
         if any(not e.baseline for e in group):
+            head = _headline_for(kind, group, out_dir)
             sections.append(_section_for(kind, group, out_dir))
+            if head is not None:
+                head.id = f"{sections[-1].id}-headline"  # the card links to the kind's details
+                headlines.append(head)
     sections.append(telemetry.section(entries, out_dir))
     if bdirs:
         pairs = [(b, c) for c in entries if not c.baseline for b in entries
@@ -201,7 +221,8 @@ def build_report(run_dirs, out_dir, baseline_dirs=(), title: str | None = None) 
     html = _template().render(
         title=title or f"distbench report: {', '.join(dict.fromkeys(kinds[id(e)] for e in entries if not e.baseline))}",
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        headers=headers, sections=sections)
+        headers=headers, sections=sections, headlines=headlines,
+        flag_count=sum(len(h.flags) for h in headers))
     index = out_dir / "index.html"
     index.write_text(html, encoding="utf-8")
     return index
