@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from bench.errors import BenchError
 from bench.report import runs as runs_mod
 from bench.kind import KINDS
 from bench.report.plots import telemetry
@@ -57,7 +58,7 @@ def honesty_flags(run, label: str) -> list[str]:
     """Every reason a number may not be what it claims: oversubscription, degraded rows, noise,
     wrong results, missing GPU telemetry, skipped combinations and the launches' own notes."""
     meta, res = run.meta, run.tables.get("results")
-    flags = []
+    flags = [f"NOT READ: {p}" for p in getattr(run, "problems", [])]  # files skipped: the page lacks their rows
     for w, la in sorted((meta.get("launches") or {}).items()):
         if not isinstance(la, dict):
             continue
@@ -198,6 +199,9 @@ def build_report(run_dirs, out_dir, baseline_dirs=(), title: str | None = None) 
     bdirs = [Path(d) for d in baseline_dirs]
     labels = _labels(dirs + bdirs)
     entries = [Entry(lab, load_run(d), baseline=i >= len(dirs)) for i, (lab, d) in enumerate(zip(labels, dirs + bdirs))]
+    for e in entries:
+        if not e.run.tables and e.run.problems:  # nothing of it can be shown: the real problem, in one line
+            raise BenchError(f"run '{e.run.dir}' cannot be read: {e.run.problems[0]}")
     for e in entries:
         if e.baseline:
             e.label = f"baseline {e.label}"
