@@ -117,6 +117,11 @@ def run_header(e: Entry, kind: str) -> RunHeader:
         ("GPU", "; ".join(gpus) or "none"),
         ("directory", str(e.run.dir)),
     ]
+    src = meta.get("source")
+    if isinstance(src, dict):  # an imported run: where its numbers came from
+        facts.insert(1, ("imported from", f"{src.get('tool', '?')} {src.get('version', '')}; command: "
+                                          f"{src.get('command') or 'not recorded'}; files: "
+                                          + ", ".join(str(f.get('path')) for f in src.get('files') or [])))
     return RunHeader(label=e.label, dir=str(e.run.dir), kind=kind, baseline=e.baseline, facts=facts,
                      command=runs_mod.command_of(meta), flags=honesty_flags(e.run, e.label),
                      tables=sorted(e.run.tables))

@@ -39,6 +39,7 @@ class Parsed:
     command: str = ""  # the tool's command line as the file records it
     hosts: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)  # one name per rank (GPU model), when listed
+    device_ids: list[int] = field(default_factory=list)  # each rank's CUDA device index, when listed
     backend: str = "nccl"
     nccl_version: str = ""
     notes: list[str] = field(default_factory=list)  # cut off, unparsed lines, columns left null
@@ -85,8 +86,12 @@ def result_row(*, collective: str, size_bytes: int, count, dtype: str, op: str, 
     }
 
 
-def _gpu_entry(name: str) -> dict:
-    return {"name": name}
+def _rank_entry(p: Parsed, i: int) -> dict:
+    """meta.json launches[w].ranks[i] as far as the file tells (bench.results.fingerprint reads it)."""
+    gpu = {"name": p.devices[i] if i < len(p.devices) else "unknown GPU (not in the file)"}
+    if i < len(p.device_ids):
+        gpu["index"] = p.device_ids[i]
+    return {"rank": i, "host": p.hosts[i] if i < len(p.hosts) else "", "device": "cuda", "gpus": [gpu]}
 
 
 def store(parsed: list[Parsed], *, tool: str, definitions: dict, out, suite: str, argv=None) -> Path:
@@ -117,9 +122,7 @@ def store(parsed: list[Parsed], *, tool: str, definitions: dict, out, suite: str
                                      "wrong": 0, "notes": []})
         la["hosts"] = list(dict.fromkeys([*la["hosts"], *p.hosts]))
         if not la["ranks"]:
-            la["ranks"] = [{"rank": i, "host": (p.hosts[i] if i < len(p.hosts) else ""), "device": "cuda",
-                            "gpus": [_gpu_entry(p.devices[i])] if i < len(p.devices) else []}
-                           for i in range(max(len(p.devices), 0))]
+            la["ranks"] = [_rank_entry(p, i) for i in range(p.world or 0)]
         la["wrong"] += sum(int(r["wrong"] or 0) for r in p.rows)
         la["notes"] += [f"{p.file}: {n}" for n in p.notes]
     versions = list(dict.fromkeys(p.version for p in parsed if p.version))

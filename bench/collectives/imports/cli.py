@@ -19,16 +19,27 @@ def add_parser(sub):
         t.add_argument("--out", default="results", help="results root (default results/)")
         t.add_argument("--suite", default=f"import-{name}", help=f"suite name of the run (default import-{name})")
         t.add_argument("--collective", default=None,
-                       help="the collective, for logs that do not say (older layouts); selects one otherwise")
+                       help="the collective of logs that do not name it (older layouts)"
+                            + ("" if name == nccl_tests.TOOL else "; with logs that do, keeps only its rows"))
         t.add_argument("--world", type=int, default=None, help="ranks, for logs that do not list them")
         t.set_defaults(func=cmd_import)
+
+
+def _parse(mod, f, args):
+    """One file; every error names it (a few come from shared vocabulary that does not know the file)."""
+    try:
+        return mod.parse(f, collective=args.collective, world=args.world)
+    except BenchError as e:
+        if str(f) in str(e):
+            raise
+        raise BenchError(f"'{f}': {e}") from None
 
 
 def cmd_import(args) -> int:
     mod = TOOLS[args.tool]
     if args.world is not None and args.world < 1:
         raise BenchError(f"--world {args.world} must be >= 1")
-    parsed = [mod.parse(f, collective=args.collective, world=args.world) for f in args.files]
+    parsed = [_parse(mod, f, args) for f in args.files]
     path = store(parsed, tool=mod.TOOL, definitions=mod.DEFINITIONS, out=args.out, suite=args.suite,
                  argv=["distbench", *sys.argv[1:]] if sys.argv[1:2] == ["import"] else None)
     rows = sum(len(p.rows) for p in parsed)

@@ -141,7 +141,7 @@ def parse_text(text: str, path: str, collective: str | None = None, world: int |
             elif m := _PARAMS.search(body):
                 params = m
             elif m := _RANK.match(s):
-                ranks.append((int(m.group(1)), m.group(2), m.group(4).strip()))
+                ranks.append((int(m.group(1)), m.group(2), m.group(4).strip(), int(m.group(3))))
             elif "size" in body.split() and "count" in body.split() and ("time" in body.split() or "cputime" in body.split()):
                 header = body.split()
             elif body.startswith("Avg bus bandwidth"):
@@ -158,7 +158,7 @@ def parse_text(text: str, path: str, collective: str | None = None, world: int |
                          "time  algbw  busbw  #wrong' found)")
     argv = shlex.split(out.command) if out.command else []
     prog = next((a for a in argv if "_perf" in a), program)
-    name = collective or (collective_of(prog) if prog else None)
+    name = collective_of(prog) if prog else collective  # the file's own word first; --collective fills a gap
     if name is None:
         raise BenchError(f"'{path}': does not say which collective it ran (no '# Collective test starting' line "
                          "and no command line); give --collective NAME (e.g. all_reduce)")
@@ -169,8 +169,9 @@ def parse_text(text: str, path: str, collective: str | None = None, world: int |
     if not out.world:
         raise BenchError(f"'{path}': does not say how many ranks ran (no '#  Rank' lines); give --world N")
     ranks.sort()
-    out.hosts = [h for _, h, _ in ranks]
-    out.devices = [d for _, _, d in ranks]
+    out.hosts = [r[1] for r in ranks]
+    out.devices = [r[2] for r in ranks]
+    out.device_ids = [r[3] for r in ranks]
     if not out.command:
         out.command = (f"{program or name + '_perf'} -b {params.group(3)} -e {params.group(4)} -w {params.group(5)} "
                        f"-n {params.group(6)} -t {params.group(1)} -g {params.group(2)}  "
@@ -189,7 +190,7 @@ def parse_text(text: str, path: str, collective: str | None = None, world: int |
         out.notes.append("older nccl-tests layout: its 'error' column is the largest deviation, not a count of "
                          "wrong elements, so wrong is null")
     for i, (no, tok) in enumerate(data):
-        if len(tok) < len(lead) + per:
+        if len(tok) < len(lead) + 2 * per and len(tok) != len(lead) + per:  # neither both placements nor in-place only
             if i == len(data) - 1:
                 out.notes.append(f"cut off: the last row (line {no}) is incomplete and was left out")
                 break
@@ -281,8 +282,9 @@ def parse_json(text: str, path: str, collective: str | None = None, world: int |
         raise BenchError(f"'{path}': no config.devices: cannot tell how many ranks ran; give --world N")
     out.hosts = [str(d.get("hostname", "")) for d in devs for _ in range(per_proc)]
     out.devices = [str(d.get("device_info", "")) for d in devs for _ in range(per_proc)]
+    out.device_ids = [int(d.get("device") or 0) + k for d in devs for k in range(per_proc)]
     prog = args[0] if args else ""
-    name = collective or (collective_of(prog) if prog else None)
+    name = collective_of(prog) if prog else collective
     if name is None:
         raise BenchError(f"'{path}': no args: does not say which collective it ran; give --collective NAME")
     reduce_ = _average_of(args)

@@ -59,7 +59,7 @@ _ARGS = re.compile(r"backend:\s*(\S+).*?args\.b:\s*(\S+)\s+args\.e:\s*(\S+)\s+ar
 _DTYPES = re.compile(r"args\.data_types?:\s*\[?'?([A-Za-z0-9_]+)")
 
 
-def _labels(header: str) -> list[str]:
+def _labels(header: str, where: str) -> list[str]:
     """'COMMS-RES  total-size (B)  nElementsPerRank ... BusBW(GB/s) ...' -> ['size', 'count', ..]."""
     toks: list[str] = []
     for t in header.split()[1:]:
@@ -70,7 +70,8 @@ def _labels(header: str) -> list[str]:
     for t in toks:
         key = re.sub(r"\((?:us|gb/s|b)\)", "", t.lower())
         if key not in LABELS:
-            raise BenchError(f"unknown PARAM column '{t}' in header: {header.strip()}")
+            raise BenchError(f"{where}: unknown PARAM column '{t}' in header: {' '.join(header.split())}; known: "
+                             f"{', '.join(sorted(LABELS))}")
         out.append(LABELS[key])
     return out
 
@@ -108,7 +109,7 @@ def parse(path, collective: str | None = None, world: int | None = None) -> Pars
                 labels = None
                 skipped.add("paired (--pair) table")
                 continue
-            labels = _labels(s)
+            labels = _labels(s, f"'{path}' line {no}")
             continue
         if labels is None:
             if skipped:
