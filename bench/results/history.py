@@ -162,6 +162,8 @@ def _spread_columns(metric: str, rows: pd.DataFrame) -> tuple[str | None, str | 
 def _geomean(v: pd.Series) -> float:
     v = pd.to_numeric(v, errors="coerce")
     v = v[v > 0]
+    if len(v) == 1:  # one case: its stored value exactly
+        return float(v.iloc[0])
     return float(np.exp(np.log(v).mean())) if len(v) else math.nan
 
 
