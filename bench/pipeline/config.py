@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from bench.errors import BenchError, unknown
 from bench.strategies.config import CaseSpec
 from bench.strategies.dims import ParallelDims
-from bench.strategies.pp import CHECKPOINTS, SCHEDULES, validate
+from bench.strategies.pp import CHECKPOINTS, validate
+from bench.strategies.schedules import canonical, torch_class
 from bench.strategies.tp import validate as tp_validate
 from bench.suite import RunConfig, at_least
 from bench.workloads.models import get_spec
@@ -24,7 +25,7 @@ class PipelineConfig(RunConfig):
     fsdp: int = 1  # FSDP2 shards of every stage (mesh dimension dp_shard)
     world: tuple[int, ...] = ()  # must equal stages x dp x fsdp x tp when given
     chunks: tuple[int, ...] = (1, 2, 4, 8)
-    schedules: tuple[str, ...] = ("gpipe", "1f1b")
+    schedules: tuple[str, ...] = ("gpipe", "1f1b")  # bench.strategies.schedules: ours or torch's names
     checkpoint: tuple[str, ...] = ("never",)
     batch: int = 1024  # fixed mini-batch mode: split into `chunks` micro-batches
     micro_batch: tuple[int, ...] = ()  # fixed micro-batch mode when given: mini-batch = micro_batch x chunks
@@ -51,9 +52,11 @@ class PipelineConfig(RunConfig):
         at_least("tp", (self.tp,))
         at_least("dp", (self.dp,))
         at_least("fsdp", (self.fsdp,))
+        # our names for the schedules (torch's accepted too); one the installed torch lacks is refused
+        object.__setattr__(self, "schedules", tuple(dict.fromkeys(canonical(s) for s in self.schedules)))
         for s in self.schedules:
-            if s not in SCHEDULES:
-                raise unknown("schedule", s, SCHEDULES)
+            if s not in ("gpipe", "1f1b"):  # torch >= 2.4 has both; the others import torch's pipelining (~1.4 s)
+                torch_class(s)
         for c in self.checkpoint:
             if c not in CHECKPOINTS:
                 raise unknown("checkpoint mode", c, CHECKPOINTS)
@@ -87,7 +90,7 @@ def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
     for stages in cfg.stages:
         for sched in cfg.schedules:
             for m in cfg.chunks:
-                if sched == "1f1b" and m < stages and not cfg.strict:
+                if sched == "1f1b" and m < stages and not cfg.strict:  # a default sweep: GPipe covers it
                     skipped.setdefault((stages, sched), []).append(m)
                     continue
                 for mb in (cfg.micro_batch or (0,)):
