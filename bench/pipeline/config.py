@@ -7,6 +7,7 @@ from bench.strategies.config import CaseSpec
 from bench.strategies.dims import ParallelDims
 from bench.strategies.pp import CHECKPOINTS, validate
 from bench.strategies.schedules import canonical, torch_class
+from bench.strategies.layout import check_dims
 from bench.strategies.tp import validate as tp_validate
 from bench.suite import RunConfig, at_least
 from bench.workloads.models import get_spec
@@ -96,7 +97,9 @@ def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
                 for mb in (cfg.micro_batch or (0,)):
                     # fixed micro-batch mode: micro_batch samples per micro-batch of every data-parallel pipeline
                     batch = mb * m * cfg.dp * cfg.fsdp if mb else cfg.batch
-                    local = cfg.dims(stages * cfg.inner, stages).local_batch(batch)  # each pipeline's share
+                    d = cfg.dims(stages * cfg.inner, stages)
+                    local = d.local_batch(batch)  # each pipeline's share
+                    check_dims(spec, d, batch, sched)
                     if local != batch and local % m:
                         raise BenchError(f"batch {batch} / dp x fsdp {batch // local} = {local} samples per pipeline "
                                          f"is not divisible by chunks {m}; choose a batch that is a multiple of "

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from bench.errors import BenchError
 from bench.strategies import tp as tp_mod
 from bench.strategies.dims import SHORT, ParallelDims
 from bench.workloads.models import ModelSpec
@@ -66,11 +67,20 @@ def minimum_world(name: str) -> int:
     return 2 ** len(LAYOUTS[name])
 
 
-def check_dims(spec: ModelSpec, dims: ParallelDims, batch: int):
-    """Raise BenchError for a layout the model or batch cannot take."""
+def check_dims(spec: ModelSpec, dims: ParallelDims, batch: int, schedule: str = ""):
+    """Raise BenchError for a layout the model, batch or schedule cannot take."""
     if dims.tp > 1:
         tp_mod.validate(spec, dims.tp)
     dims.local_batch(batch)
+    if dims.pp > 1 and dims.dp_shard > 1 and schedule:
+        from bench.strategies import schedules  # lazy: the schedules registry imports pp, which imports this module
+
+        if schedules.get(schedule).split_backward:
+            raise BenchError(f"schedule {schedule} with fsdp({dims.dp_shard}) inside the stages gives wrong gradients "
+                             f"with torch's pipelining (seen on torch 2.13, CPU: the last stage's weight gradients "
+                             f"missing, others off by ~1e-2 from the single-process reference); "
+                             f"use a schedule without split backward (gpipe, 1f1b, interleaved, looped_bfs) or "
+                             f"--dp instead of --fsdp")
 
 
 @dataclass

@@ -292,6 +292,8 @@ def setup(ctx: Ctx) -> Trainer:
     # Import torch.distributed.pipelining (and patch its waits) here, not inside PPTrainer.__init__:
     # the first import of it keeps a traceback whose frames reach back to the importing frame, and
     # an __init__ frame would keep the first trainer (its modules, activations) alive for good.
+    if ctx.dims is not None:
+        check_dims(ctx.spec, ctx.dims, ctx.batch, ctx.schedule)
     _patch_waits()
     return PPTrainer(ctx)
 
@@ -302,7 +304,7 @@ def check(spec, case) -> str | None:
     dims = case.dims
     if dims.pp < 2:
         return f"pp skipped at world {case.world}: needs >= 2 stages"
-    check_dims(spec, dims, case.batch)
+    check_dims(spec, dims, case.batch, case.schedule)
     validate(schedule=case.schedule, stages=dims.pp, chunks=case.chunks, batch=dims.local_batch(case.batch),
              depth=spec.depth, balance=case.balance, strict=True, preset=spec.preset)
     return None
