@@ -8,6 +8,7 @@ from bench.errors import BenchError
 from bench.kind import KINDS, Kind, Reading, Report
 from bench.options import add_training_options, ints, overrides
 from bench.pipeline.config import PipelineConfig, expand_pipeline
+from bench.strategies.dims import arithmetic
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
 from bench.strategies import plots
@@ -26,6 +27,9 @@ def add_options(p):
                    help="fixed micro-batch size(s): mini-batch = micro-batch x chunks")
     p.add_argument("--model", default=None, help="model preset, e.g. mlp-pipe, gpt-tiny")
     p.add_argument("--balance", default=None, help="blocks per stage, e.g. 3,5")
+    p.add_argument("--tp", default=None, help="tensor-parallel degree inside every stage (world = stages x dp x fsdp x tp)")
+    p.add_argument("--dp", default=None, help="DDP replicas of the whole pipeline")
+    p.add_argument("--fsdp", default=None, help="FSDP2 shards of every stage")
     p.add_argument("--profile", type=int, default=None, metavar="0|1",
                    help="1: 5 more steps per case under torch.profiler after the timed ones: "
                         "<run dir>/traces/<case>.rank<r>.json (Perfetto, HTA); timings unchanged")
@@ -34,7 +38,7 @@ def add_options(p):
 
 
 def options(args) -> dict:
-    one = ("batch", "steps", "warmup", "check", "seed")
+    one = ("batch", "steps", "warmup", "check", "seed", "tp", "dp", "fsdp")
     ov = {**overrides(args, ("schedules", "checkpoint", "model", "efficiency")),
           **ints(args, ("chunks", "stages", "micro_batch", "balance", *one), one=one)}
     if args.schedules is not None:
@@ -59,13 +63,17 @@ def efficiency(cfg: PipelineConfig, launch) -> dict | None:
 
 
 def at_world(cfg: PipelineConfig, world: int) -> PipelineConfig:
-    """The stages that run at `world`; a world that is no stages x tp of the suite raises (showing the arithmetic)."""
-    fits = tuple(s for s in cfg.stages if s * cfg.tp == world)
+    """The stages that run at `world`; a world that is no stages x dp x fsdp x tp of the suite raises
+    (showing the arithmetic)."""
+    fits = tuple(s for s in cfg.stages if s * cfg.inner == world)
     if not fits:
-        have = ", ".join(str(s * cfg.tp) for s in cfg.stages)
-        raise BenchError(f"world {world} is not stages x tp of this suite (stages {','.join(map(str, cfg.stages))} x "
-                         f"tp {cfg.tp} = {have}); pass --stages {world // cfg.tp if world % cfg.tp == 0 else world} "
-                         f"to run a {world}-rank pipeline")
+        names, _ = cfg.inner_label()
+        why = "; ".join(arithmetic(world, {"pp": s, "dp_replicate": cfg.dp, "dp_shard": cfg.fsdp, "tp": cfg.tp})
+                        for s in cfg.stages)
+        fix = (f"pass --stages {world // cfg.inner} to run a {world}-rank pipeline"
+               if world % cfg.inner == 0 and world // cfg.inner >= 2
+               else f"choose a world of stages x {cfg.inner} with stages >= 2, e.g. {2 * cfg.inner}")
+        raise BenchError(f"world {world} is not stages x {names} of this suite: {why}; {fix}")
     return dataclasses.replace(cfg, stages=fits, world=(world,))
 
 

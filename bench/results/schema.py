@@ -259,6 +259,12 @@ STRATEGY = {
     "sweep_mode": "string",  # mini-batch (fixed mini-batch split into chunks) | micro-batch (fixed micro-batch)
     "balance": "string",  # blocks per stage, "" = even
     "bucket_cap_mb": "float64",  # ddp only
+    "layout": "string",  # the mesh's degrees outermost first, e.g. pp2.dp2.tp2 (bench.strategies.dims)
+    "pp_degree": "int64",  # pipeline ranks of the mesh
+    "dp_degree": "int64",  # DDP replicas (mesh dimension dp_replicate)
+    "fsdp_degree": "int64",  # FSDP2 shards (mesh dimension dp_shard)
+    "tp_degree": "int64",  # tensor-parallel degree
+    "comm_share": "float64",  # (exposed_comm_s + exposed_comm_est_s where known) / step_median_s
     "stages": "int64",  # pipeline stages in all (ranks x stages per rank)
     "steps": "int64",  # timed steps
     "step_median_s": "float64",  # step wall: earliest start to latest end over ranks
