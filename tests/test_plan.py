@@ -64,7 +64,7 @@ def test_inflight_counts_what_each_rank_holds_at_once():
 def test_extrapolation_is_marked_with_the_reason():
     cal = pl.fit(CAL, order_of)
     p = pl.predict(cal, pl.Candidate(stages=4, schedule="1f1b", chunks=16, micro_batch=64), order_of)
-    assert "4 stages not calibrated (have 2)" in p.extrapolated
+    assert "4 model stages not calibrated (have 2)" in p.extrapolated
     assert "micro-batch 64 outside the calibrated 128..1024" in p.extrapolated
 
 
@@ -85,3 +85,92 @@ def test_mixed_models_and_no_cases_are_refused():
     other = pl.Observation(**{**CAL[0].__dict__, "model": "gpt-tiny"})
     with pytest.raises(BenchError, match="mix models gpt-tiny, mlp-pipe"):
         pl.fit([CAL[0], other], order_of)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "looped_bfs", "interleaved_zb", "zbv",
+                                      "dualpipev"])
+def test_torch_order_is_built_without_a_process_group_for_every_schedule(schedule):
+    """Each rank's order holds every (stage, micro-batch) of its stages once per action kind."""
+    from bench.strategies import schedules as scheds
+
+    p, m = 2, 4
+    order = pl.torch_order(schedule, p, m)
+    sch = scheds.get(schedule)
+    assert sorted(order) == list(range(p))
+    for r, acts in order.items():
+        for s in sch.stage_ids(r, p):
+            for kind in ("F",):
+                assert sorted(i for st, k, i in acts if st == s and k == kind) == list(range(m))
+            backs = sorted(i for st, k, i in acts if st == s and k in ("B", "W"))
+            assert backs == list(range(m))  # every micro-batch's backward ends with B or W
+    assert replay(order, {(s, k): 1.0 for s in range(p * sch.per_rank) for k in "FBIW"}).step_s > 0
+
+
+def test_torch_order_refuses_what_the_schedule_cannot_run():
+    with pytest.raises(BenchError, match="dualpipev needs chunks >= pipeline stages"):
+        pl.torch_order("dualpipev", 2, 2)
+
+
+# --- the command, on stored runs ---------------------------------------------------------------
+
+import json  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from bench.cli import main  # noqa: E402
+
+
+def stored(tmp_path, name, observations):
+    """A run directory as distbench pipeline writes it (the columns the planner reads)."""
+    d = tmp_path / name
+    d.mkdir()
+    rows, ranks = [], []
+    for o in observations:
+        n = 1 + max(s for s, _ in o.stage_s)
+        ms = {k: ",".join(f"{o.stage_s[(s, k)] * 1e3:.9f}" for s in range(n)) for k in ("F", "B")}
+        rows.append({"run_id": name, "case_id": o.case_id, "model": o.model, "world": o.stages,
+                     "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
+                     "step_median_s": o.step_s, "stage_fwd_s": ms["F"], "stage_bwd_s": ms["B"]})
+        ranks += [{"run_id": name, "case_id": o.case_id, "rank": r, "peak_bytes": b} for r, b in o.peak_bytes.items()]
+    pd.DataFrame(rows).to_parquet(d / "results.parquet")
+    pd.DataFrame(ranks).to_parquet(d / "strategy_ranks.parquet")
+    (d / "meta.json").write_text(json.dumps({"run_id": name, "kind": "pipeline", "suite": "pipeline"}))
+    return d
+
+
+def test_plan_recommends_from_stored_runs_and_says_they_are_predictions(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "1,2,4,8", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("PREDICTIONS of the pipeline model")
+    assert "calibrated on 6 case(s) of 1 run(s), model mlp-pipe; overhead 50 us per action" in out
+    assert len([ln for ln in out.splitlines() if ln[:2].strip().isdigit()]) == 3
+    assert "not a candidate: pp2 1f1b m=1: needs chunks >= stages" in out
+
+
+def test_validate_prints_predicted_vs_measured_and_the_mape(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["prediction"] is True and len(got["cases"]) == 1
+    assert got["step_mape_pct"] == pytest.approx(0.0, abs=1e-3)
+    assert got["peak_mape_pct"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan", "{missing}"], "run directory '{missing}' does not exist"),
+    (["plan", "{cal}", "--chunks", "4,x"], "chunks '4,x' is not a comma list of integers"),
+    (["plan", "{cal}", "--schedules", "gpipe,zb"], "unknown schedule 'zb'"),
+    (["plan", "{cal}", "--validate", "{cal}"], "--validate runs are all calibration runs"),
+    (["plan", "{cal}", "--format", "csv"], "format 'csv' is not one of: table, json"),
+    (["plan", "{empty}"], "has no pipeline cases"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    paths = {"missing": tmp_path / "nope", "cal": stored(tmp_path, "cal", CAL), "empty": tmp_path / "empty"}
+    (tmp_path / "empty").mkdir()
+    pd.DataFrame([{"run_id": "e", "case_id": "c", "time_median_s": 1.0}]).to_parquet(tmp_path / "empty" / "results.parquet")
+    argv = [a.format(**paths) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message.format(**paths) in err

@@ -22,12 +22,15 @@ A candidate outside what was measured (another pipeline depth, a micro-batch siz
 calibrated range) is predicted anyway and marked `extrapolated` with the reason.
 """
 
+import types
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch.nn as nn
 
 from bench.errors import BenchError
-from bench.strategies.replay import replay
+from bench.strategies import schedules as scheds
+from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order, replay
 
 ACTION_KINDS = ("F", "B", "I", "W")
 
@@ -38,14 +41,19 @@ class Observation:
 
     model: str
     stages: int  # pipeline ranks
-    schedule: str
+    schedule: str  # bench.strategies.schedules name
     chunks: int
     micro_batch: int
     step_s: float  # measured median step
-    stage_s: dict  # (stage, kind) -> seconds per micro-batch (median)
+    stage_s: dict  # (model stage, kind) -> seconds per micro-batch (median)
     peak_bytes: dict = field(default_factory=dict)  # rank -> peak bytes (CPU: RSS; CUDA: allocated)
     case_id: str = ""
     run_id: str = ""
+
+
+def model_stages(schedule: str, ranks: int) -> int:
+    """How many pieces the model is cut into: ranks x the schedule's stages per rank."""
+    return ranks * scheds.get(schedule).per_rank
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,18 +77,19 @@ def fit_line(xs, ys) -> Line:
 @dataclass(frozen=True, kw_only=True)
 class Calibration:
     model: str
-    costs: dict  # stages -> {(stage, kind): Line}
+    costs: dict  # model stages -> {(stage, kind): Line}
     overhead_s: float  # per action
-    base_bytes: dict  # stages -> {rank: bytes}
+    base_bytes: dict  # model stages -> {rank: bytes}
     bytes_per_inflight_sample: float
     micro_batches: tuple[int, int]  # calibrated range (min, max)
+    ranks: tuple[int, ...]  # pipeline ranks of the calibration cases
     runs: tuple[str, ...]
     cases: int
 
-    def extrapolation(self, stages: int, micro_batch: int) -> str:
+    def extrapolation(self, n_stages: int, micro_batch: int) -> str:
         why = []
-        if stages not in self.costs:
-            why.append(f"{stages} stages not calibrated (have {','.join(map(str, sorted(self.costs)))})")
+        if n_stages not in self.costs:
+            why.append(f"{n_stages} model stages not calibrated (have {','.join(map(str, sorted(self.costs)))})")
         lo, hi = self.micro_batches
         if not lo <= micro_batch <= hi:
             why.append(f"micro-batch {micro_batch} outside the calibrated {lo}..{hi}")
@@ -124,26 +133,27 @@ def fit(obs: list[Observation], order_of) -> Calibration:
     models = sorted({o.model for o in obs})
     if len(models) > 1:
         raise BenchError(f"calibration runs mix models {', '.join(models)}; pass runs of one model (--model)")
-    costs = {}
-    for p in sorted({o.stages for o in obs}):
+    costs, depth = {}, {id(o): model_stages(o.schedule, o.stages) for o in obs}
+    for n in sorted(set(depth.values())):
         pts: dict = {}
         for o in obs:
-            if o.stages == p:
+            if depth[id(o)] == n:
                 for key, t in o.stage_s.items():
                     pts.setdefault(key, []).append((o.micro_batch, t))
-        costs[p] = {key: fit_line(*zip(*v)) for key, v in pts.items()}
+        costs[n] = {key: fit_line(*zip(*v)) for key, v in pts.items()}
     per_action, rows, ys = [], [], []
     for o in obs:
         order = order_of(o.schedule, o.stages, o.chunks)
-        per_action.append(_overhead(costs[o.stages], order, o))
+        per_action.append(_overhead(costs[depth[id(o)]], order, o))
         held = inflight(order)
         for r, peak in o.peak_bytes.items():
-            rows.append((o.stages, r, held.get(r, 0) * o.micro_batch))
+            rows.append((depth[id(o)], r, held.get(r, 0) * o.micro_batch))
             ys.append(peak)
     base, q = _fit_memory(rows, ys)
     mbs = [o.micro_batch for o in obs]
     return Calibration(model=models[0], costs=costs, overhead_s=float(np.median(per_action)), base_bytes=base,
                        bytes_per_inflight_sample=q, micro_batches=(min(mbs), max(mbs)),
+                       ranks=tuple(sorted({o.stages for o in obs})),
                        runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs))
 
 
@@ -163,7 +173,7 @@ def _overhead(costs: dict, order: dict, o: Observation) -> float:
 
 
 def _fit_memory(rows, ys) -> tuple[dict, float]:
-    """peak = base[(stages, rank)] + q * samples in flight: one intercept per (depth, rank), one slope."""
+    """peak = base[(model stages, rank)] + q * samples in flight: one intercept per (depth, rank), one slope."""
     if not rows:
         return {}, 0.0
     keys = sorted({(p, r) for p, r, _ in rows})
@@ -204,34 +214,35 @@ class Prediction:
     extrapolated: str  # why, or ""
 
 
-def _scaled_costs(cal: Calibration, stages: int) -> dict:
-    """Costs at a pipeline depth that was not calibrated: the nearest calibrated depth's whole-model
-    time per kind, split evenly over `stages` (an even balance is assumed)."""
-    if stages in cal.costs:
-        return cal.costs[stages]
-    near = min(cal.costs, key=lambda p: abs(p - stages))
+def _scaled_costs(cal: Calibration, n_stages: int) -> dict:
+    """Costs at a model depth that was not calibrated: the nearest calibrated depth's whole-model
+    time per kind, split evenly over `n_stages` (an even balance is assumed)."""
+    if n_stages in cal.costs:
+        return cal.costs[n_stages]
+    near = min(cal.costs, key=lambda p: abs(p - n_stages))
     have = cal.costs[near]
     out = {}
     for k in {k for _, k in have}:
         lines = [ln for (_, kk), ln in have.items() if kk == k]
-        a, c = sum(ln.a for ln in lines) / stages, sum(ln.c for ln in lines) / stages
-        for s in range(stages):
+        a, c = sum(ln.a for ln in lines) / n_stages, sum(ln.c for ln in lines) / n_stages
+        for s in range(n_stages):
             out[(s, k)] = Line(a=a, c=c)
     return out
 
 
 def predict(cal: Calibration, cand: Candidate, order_of) -> Prediction:
     order = order_of(cand.schedule, cand.stages, cand.chunks)
-    costs = _scaled_costs(cal, cand.stages)
+    n = model_stages(cand.schedule, cand.stages)
+    costs = _scaled_costs(cal, n)
     with_overhead = replay(order, _durations(costs, order, cand.micro_batch, cal.overhead_s))
     compute = replay(order, _durations(costs, order, cand.micro_batch))
     held = inflight(order)
-    base = cal.base_bytes.get(cand.stages) or (next(iter(cal.base_bytes.values()), {}) if cal.base_bytes else {})
+    base = cal.base_bytes.get(n) or (next(iter(cal.base_bytes.values()), {}) if cal.base_bytes else {})
     fallback = max(base.values()) if base else 0.0
     peak = max(base.get(r, fallback) + cal.bytes_per_inflight_sample * held[r] * cand.micro_batch for r in held)
     return Prediction(candidate=cand, step_s=with_overhead.step_s, samples_per_s=cand.batch / with_overhead.step_s,
                       bubble=compute.mean_bubble, peak_bytes=peak,
-                      extrapolated=cal.extrapolation(cand.stages, cand.micro_batch))
+                      extrapolated=cal.extrapolation(n, cand.micro_batch))
 
 
 def recommend(preds: list[Prediction], memory_limit: float | None = None) -> tuple[list[Prediction], list[Prediction]]:
@@ -253,13 +264,6 @@ def torch_order(schedule: str, stages: int, chunks: int) -> dict:
     their pipeline_order in __init__ from the stages' indices alone, so placeholder stages
     (index, count, rank; an nn.Identity as submodule) suffice. GPipe and 1F1B use the order
     their _step_microbatches executes (bench.strategies.replay), as the trainer does."""
-    import types
-
-    import torch.nn as nn
-
-    from bench.strategies import schedules as scheds
-    from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
-
     sch = scheds.get(schedule)
     why = sch.rule(stages, chunks)
     if why:

@@ -11,6 +11,7 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
 from bench.results.store import load_run
+from bench.strategies import schedules as scheds
 from bench.units import parse_size
 
 COLUMNS = {"stage_fwd_s": "F", "stage_bwd_s": "B", "stage_bwd_input_s": "I", "stage_bwd_weight_s": "W"}
@@ -73,8 +74,6 @@ def _ints(text, what) -> list[int]:
 
 
 def candidates(cal: pl.Calibration, stages, schedules, chunks, batch) -> tuple[list[pl.Candidate], list[str]]:
-    from bench.strategies import schedules as scheds
-
     out, skipped = [], []
     for p in stages:
         for name in schedules:
@@ -98,8 +97,6 @@ def _mib(b: float) -> str:
 
 
 def cmd_plan(args) -> int:
-    from bench.strategies import schedules as scheds
-
     if args.format not in ("table", "json"):
         raise BenchError(f"format '{args.format}' is not one of: table, json")
     limit = parse_size(args.memory_limit) if args.memory_limit else None
@@ -108,7 +105,7 @@ def cmd_plan(args) -> int:
     if args.validate:
         return _validate(cal, observations(args.validate), args.format)
     batch = args.batch or max(o.chunks * o.micro_batch for o in obs)
-    stages = _ints(args.stages, "stages") if args.stages else sorted(cal.costs)
+    stages = _ints(args.stages, "stages") if args.stages else list(cal.ranks)
     names = [scheds.canonical(s) for s in args.schedules.split(",")] if args.schedules else list(scheds.SCHEDULES)
     cands, skipped = candidates(cal, stages, names, _ints(args.chunks, "chunks"), batch)
     preds = [pl.predict(cal, c, pl.torch_order) for c in cands]
@@ -135,17 +132,22 @@ def cmd_plan(args) -> int:
 
 
 def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
-    """The trade-off behind the pick: its bubble against one micro-batch, and what smaller
-    micro-batches cost per sample (the compute share of the step)."""
+    """The trade-off behind the pick: the best other micro-batch count of the same schedule and
+    depth (bubble against per-micro-batch cost), and the best other schedule."""
     c = best.candidate
-    one = [p for p in preds if p.candidate.stages == c.stages and p.candidate.chunks == min(
-        q.candidate.chunks for q in preds if q.candidate.stages == c.stages)]
-    if not one or one[0] is best:
-        return f"why: {c.label} is the fastest predicted; fewer micro-batches would not shrink its bubble"
-    o = one[0]
-    return (f"why: {c.label}: bubble {best.bubble:.0%} vs {o.bubble:.0%} at m={o.candidate.chunks}, "
-            f"{best.samples_per_s / o.samples_per_s:.2f}x its predicted throughput; more micro-batches than "
-            f"{c.chunks} shrink the bubble further but the per-micro-batch overhead and smaller GEMMs cost more")
+    same = [p for p in preds if p is not best and (p.candidate.stages, p.candidate.schedule) == (c.stages, c.schedule)]
+    other = [p for p in preds if p.candidate.schedule != c.schedule]
+    out = [f"why {c.label}: predicted bubble {best.bubble:.0%}"]
+    if same:
+        s = max(same, key=lambda p: p.samples_per_s)
+        trade = ("a smaller bubble does not pay for the smaller, more numerous micro-batches"
+                 if s.candidate.chunks > c.chunks else "a larger bubble")
+        out.append(f"m={s.candidate.chunks}: bubble {s.bubble:.0%}, {best.samples_per_s / s.samples_per_s:.2f}x slower "
+                   f"({trade})")
+    if other:
+        o = max(other, key=lambda p: p.samples_per_s)
+        out.append(f"best other schedule {o.candidate.label}: {best.samples_per_s / o.samples_per_s:.2f}x slower")
+    return "; ".join(out)
 
 
 def _as_dict(p: pl.Prediction) -> dict:

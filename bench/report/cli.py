@@ -7,6 +7,7 @@ bench.cli (bench.cli imports it).
 import io
 import json
 import math
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,10 +42,27 @@ def add_parser(sub):
     r = sub.add_parser("runs", help="list stored runs: kind, start, state, cases done/planned, rows, command")
     r.add_argument("--kind", default=None, help="only this kind: collectives | allreduce | pipeline | strategies")
     r.add_argument("--root", default=DEFAULT_ROOT, help="results root (default results/)")
+    add_index_filters(r)
     r.set_defaults(func=cmd_runs)
 
 
 # ----------------------------------------------------------------------------- report
+
+def writable_dir(path: Path, what: str):
+    """Create `path` (and parents) and check a file can be written there, or one BenchError naming it."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise BenchError(f"{what} '{path}' is a file, not a directory; give a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".distbench-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise BenchError(f"{what} '{path}' cannot be written ({e.strerror or type(e).__name__}"
+                         f"{': ' + str(e.filename) if e.filename and str(e.filename) != str(path) else ''}); "
+                         "give a writable directory") from None
+
 
 def _default_out(dirs: list[Path]) -> Path:
     from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
@@ -60,6 +78,8 @@ def cmd_report(args) -> int:
     dirs = [runs_mod.resolve_run_dir(d) for d in args.runs]
     base = [runs_mod.resolve_run_dir(d) for d in args.baseline]
     if not dirs:
+        if Path(args.root).exists() and not Path(args.root).is_dir():
+            raise BenchError(f"--root '{args.root}' is a file, not a results directory")
         dirs = runs_mod.latest_per_kind(args.root)
         if not dirs:
             raise BenchError(f"no runs under '{args.root}' to report on; run a benchmark first (e.g. make bench) "
@@ -67,7 +87,9 @@ def cmd_report(args) -> int:
         print(f"# reporting the latest run of each kind under {args.root}: " + ", ".join(map(str, dirs)))
     from bench.report.html import build_report  # lazy: matplotlib only when a report is made
 
-    index = build_report(dirs, args.out or _default_out(dirs), baseline_dirs=base, title=args.title)
+    out = Path(args.out) if args.out else _default_out(dirs)
+    writable_dir(out, "report directory -o")
+    index = build_report(dirs, out, baseline_dirs=base, title=args.title)
     print(f"report: {index}")
     return 0
 
@@ -131,6 +153,8 @@ def cmd_show(args) -> int:
     path = runs_mod.resolve_run_dir(args.run)
     run = load_run(path)
     if not run.tables:
+        if run.problems:  # the real problem first: an unreadable file, not "no tables"
+            raise BenchError(f"run '{args.run}' cannot be read: {run.problems[0]}")
         raise BenchError(f"run '{args.run}' has no tables yet (no parquet file and no finished case)")
     if args.table is not None and args.table not in run.tables:
         raise unknown("table", args.table, run.tables)
@@ -146,27 +170,54 @@ def cmd_show(args) -> int:
 
 # ----------------------------------------------------------------------------- runs
 
+def add_index_filters(r):
+    """`distbench runs` filters over the run index (bench.results.index)."""
+    r.add_argument("--suite", default=None, help="only runs of this suite")
+    r.add_argument("--fingerprint", default=None, help="only this machine class (its slug, or a part of it)")
+    r.add_argument("--commits", default=None, metavar="A..B|REV",
+                   help="only runs of these commits: git rev-list A..B, or one revision")
+    r.add_argument("--since", default=None, metavar="DATE", help="only runs started on or after (YYYY-MM-DD or ISO time)")
+    r.add_argument("--until", default=None, metavar="DATE", help="only runs started before the end of (YYYY-MM-DD) or before")
+    r.add_argument("--format", default="table", help="table | json | csv")
+
+
 def cmd_runs(args) -> int:
     from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
+    from bench.results import index as ix
 
     kind = None
     if args.kind is not None:
         kind = runs_mod.normalize_kind(args.kind)
         if kind not in runs_mod.kind_names():
             raise unknown("kind", args.kind, runs_mod.kind_names())
+    if Path(args.root).exists() and not Path(args.root).is_dir():
+        raise BenchError(f"results root '{args.root}' is a file, not a directory; give --root DIR")
     if not Path(args.root).is_dir():
         raise BenchError(f"results root '{args.root}' does not exist; give --root DIR (where benchmarks wrote --out)")
-    rows = [runs_mod.summarize(p) for p in runs_mod.find_runs(args.root)]
-    rows = [r for r in rows if kind is None or r["kind"] == kind]
-    if not rows:
-        print(f"# no runs{' of kind ' + kind if kind else ''} under {args.root}")
+    fmt = str(args.format).lower()
+    if fmt not in ("table", "json", "csv"):
+        raise unknown("format", args.format, ("table", "json", "csv"))
+    idx = ix.build(args.root)
+    rows = ix.select(idx.runs, kind=kind, suite=args.suite, fingerprint=args.fingerprint, commits=args.commits,
+                     since=args.since, until=args.until)
+    if fmt == "json":
+        sys.stdout.write(ix.to_json(rows))
         return 0
-    print(f"{'kind':<12} {'start (UTC)':<26} {'state':<12} {'cases':>9} {'rows':>7}  run dir / command")
-    for r in rows:
-        planned = r["cases_planned"] if r["cases_planned"] is not None else "?"
-        state = r["state"]
-        print(f"{r['kind']:<12} {r['start'] or '?':<26} {state:<12} {str(r['cases_done']) + '/' + str(planned):>9} "
-              f"{r['rows']:>7}  {r['dir']}")
-        print(f"{'':<12} {'':<26} {'':<12} {'':>9} {'':>7}  $ {r['command']}"
-              + (f"   [{r['why']}]" if r["why"] else ""))
+    if fmt == "csv":
+        sys.stdout.write(to_csv(rows))
+        return 0
+    if rows.empty:
+        print(f"# no runs{' of kind ' + kind if kind else ''} under {args.root} (of {len(idx.runs)} indexed)")
+        return 0
+    print(f"{'kind':<12} {'start (UTC)':<26} {'state':<12} {'cases':>9} {'rows':>7}  {'commit':<13} fingerprint")
+    for r in rows.to_dict("records"):
+        planned = r["cases_planned"] if r["cases_planned"] is not None and r["cases_planned"] == r["cases_planned"] else "?"
+        if isinstance(planned, float):
+            planned = int(planned)
+        sha = (r["git_sha"][:12] if r["git_sha"] else "?") + ("+" if r["git_dirty"] is True else "")
+        print(f"{r['kind']:<12} {r['start'] or '?':<26} {r['state']:<12} {str(r['cases_done']) + '/' + str(planned):>9} "
+              f"{r['rows']:>7}  {sha:<13} {r['fingerprint']}")
+        print(f"{'':<12} {r['dir']}")
+        print(f"{'':<12} $ {r['command']}" + (f"   [{r['why']}]" if r["why"] else ""))
+    print(f"# {len(rows)} of {len(idx.runs)} run(s) under {args.root}")
     return 0

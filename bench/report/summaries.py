@@ -34,7 +34,12 @@ def _footer(rows: list[dict], run, what: str = "rows") -> list[str]:
 def collectives_summary(run) -> str:
     rows = _rows(run)
     figures = sorted({figure_text(r["mode"], r.get("rank_reduce") or "max") for r in rows})
+    src = run.meta.get("source") if isinstance(run.meta.get("source"), dict) else None
+    if src:  # an imported run: the tool's own figures (meta.json source.definitions says what each is)
+        figures = [f"{src.get('tool')}'s own time as it defines it (meta.json source.definitions)"]
     out = ["#", "# Summary (busbw per nccl-tests PERFORMANCE.md; time = " + "; ".join(figures) + ")"]
+    if src:
+        out.append(f"# Imported from {src.get('tool')} {src.get('version', '')}: {src.get('command') or '(no command line)'}")
     cases: dict[str, list[dict]] = {}
     for r in rows:
         cases.setdefault(r["case_id"], []).append(r)

@@ -309,7 +309,9 @@ STRATEGY = {
     "replay_imbalance": "float64",  # replay_bubble - replay_schedule_bubble
     "comm_overhead_frac": "float64",  # nocompute_frac - replay_bubble
     "stage_fwd_s": "string",  # per-stage median forward per micro-batch, ms, comma list
-    "stage_bwd_s": "string",
+    "stage_bwd_s": "string",  # full backward (B), or input + weight gradient under split-backward schedules
+    "stage_bwd_input_s": "string",  # split-backward schedules: per-stage median input-gradient action (I), ms
+    "stage_bwd_weight_s": "string",  # and weight-gradient action (W), ms
 }
 
 STRATEGY_RANKS = {

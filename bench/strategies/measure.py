@@ -167,6 +167,8 @@ def _replay_columns(case: CaseSpec, facts: list[dict]) -> dict:
             "replay_imbalance": rp.mean_bubble - rb.mean_bubble,
             "stage_fwd_s": ",".join(f"{dur[(s, 'F')] * 1e3:.3f}" for s in sorted(fwd)),
             "stage_bwd_s": ",".join(f"{bwd[s] * 1e3:.3f}" for s in sorted(fwd)),
+            **({f"stage_bwd_{n}_s": ",".join(f"{dur[(s, k)] * 1e3:.3f}" for s in sorted(fwd))
+                for n, k in (("input", "I"), ("weight", "W"))} if split else {}),
             "_replay_rank": rp.bubble, "_dur": dur, "_n_stages": n_stages}
 
 

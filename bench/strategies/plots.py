@@ -304,3 +304,88 @@ def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> S
         columns={"_label": "run"}).round(4).to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
     plt.close("all")
     return sec
+
+
+def _small_axes(ax, xlabel: str, ylabel: str, title: str):
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+    legend(ax)
+
+
+def _html(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, escape=True, na_rep="-", classes="data", border=0)
+
+
+def headline(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> Section:
+    """The answer first. Pipeline: throughput vs chunks per schedule, and the best configuration with
+    its bubble (measured, and GPipe's (p-1)/(m+p-1)). Strategies: throughput per strategy, with its
+    peak memory and step time."""
+    sec = Section(f"{kind}-headline", kind)
+    res = table([e for e in entries if not e.baseline], "results")
+    if res.empty or "strategy" not in res or "samples_per_s" not in res:
+        sec.missing.append(f"no {kind} results rows")
+        return sec
+    res = res[np.isfinite(num(res, "samples_per_s"))]
+    multi = res["_label"].nunique() > 1
+    if pipeline:
+        pp = res[res["strategy"] == "pp"]
+        if pp.empty:
+            sec.missing.append("no pipeline (pp) rows")
+            return sec
+        fig, axes = new_figure(5.0, 3.2)
+        ax = axes[0][0]
+        keys = [k for k in ("_label", "schedule") if k in pp and (k != "_label" or multi)]
+        for i, (key, g) in enumerate(pp.groupby(keys, sort=True)):
+            best = g.assign(_t=num(g, "samples_per_s")).groupby("chunks")["_t"].max()  # best over the other settings
+            ax.plot(best.index.to_numpy(dtype=float), best.to_numpy(dtype=float),
+                    label=" ".join(map(str, key if isinstance(key, tuple) else (key,))), **style(i))
+        chunk_axis(ax, pp["chunks"].dropna().unique())
+        _small_axes(ax, "chunks (micro-batches per step)", "samples/s", "pipeline throughput vs chunks (best per chunks)")
+        sec.images.append(save(fig, out_dir, f"headline_{kind}_throughput", f"{kind}: throughput vs chunks",
+                               "Line plot of the best pipeline throughput in samples per second at each chunk count, "
+                               "one line per schedule."))
+        top = pp.assign(_t=num(pp, "samples_per_s")).sort_values("_t", ascending=False)
+        top = top.drop_duplicates([k for k in ("_label", "schedule") if k in top]).head(4)
+        cols = {"schedule": "schedule", "stages": "stages", "chunks": "chunks", "checkpoint": "checkpoint",
+                "samples_per_s": "samples/s", "bubble_measured": "bubble", "bubble_gpipe_theory": "(p-1)/(m+p-1)"}
+        for c in ("stages", "checkpoint"):  # shown only where they vary (the details have every column)
+            if c in pp and pp[c].astype("string").nunique(dropna=False) < 2:
+                cols.pop(c)
+        t = top[[c for c in (["_label"] if multi else []) + list(cols) if c in top]].rename(columns={"_label": "run", **cols})
+        for c in ("samples/s",):
+            t[c] = num(t, c).round(1)
+        for c in ("bubble", "(p-1)/(m+p-1)"):
+            if c in t:
+                t[c] = [f"{v:.0%}" if np.isfinite(v) else "-" for v in num(t, c)]
+        sec.tables.append(("best configuration per schedule (bubble: idle / step wall, mean over ranks)", _html(t)))
+        return sec
+    label = res["strategy"].astype(str) + (" " + res["model"].astype(str) if res.get("model") is not None and
+                                           res["model"].nunique() > 1 else "")
+    if multi:
+        label = res["_label"].astype(str) + ": " + label
+    res = res.assign(_what=label.to_numpy())
+    best = res.loc[res.assign(_t=num(res, "samples_per_s")).groupby("_what")["_t"].idxmax()].sort_values("_what")
+    fig, axes = new_figure(5.0, 3.2)
+    ax = axes[0][0]
+    x = np.arange(len(best))
+    ax.bar(x, num(best, "samples_per_s"), color=[style(i)["color"] for i in range(len(best))])
+    ax.set_xticks(x)
+    ax.set_xticklabels(best["_what"], rotation=30 if len(best) > 4 else 0, ha="right" if len(best) > 4 else "center",
+                       fontsize=7)
+    _small_axes(ax, "", "samples/s", "training throughput per strategy")
+    sec.images.append(save(fig, out_dir, f"headline_{kind}_throughput", f"{kind}: throughput per strategy",
+                           "Bar chart of training throughput in samples per second for each strategy."))
+    mk = str(res["memory_kind"].dropna().iloc[0]) if "memory_kind" in res and res["memory_kind"].notna().any() else ""
+    t = pd.DataFrame({"strategy": best["_what"], "samples/s": num(best, "samples_per_s").round(1),
+                      "step (ms)": (num(best, "step_median_s") * 1e3).round(2),
+                      ("peak MiB (CUDA reserved)" if mk == "cuda" else "peak MiB (host RSS)"):
+                          (num(best, "peak_memory_bytes") / 2**20).round(1)})
+    t = t.sort_values("samples/s", ascending=False)
+    if len(t) > 6:  # a short table: the rest are in the details
+        sec.notes.append(f"{len(t) - 6} more in the {kind} section")
+        t = t.head(6)
+    sec.tables.append(("throughput and peak memory per strategy (its best case)", _html(t)))
+    return sec
