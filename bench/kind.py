@@ -100,6 +100,9 @@ class Report:
     section: Callable[[list, Any], Any]  # (report entries of this kind, out dir) -> report Section
     summary: Callable[[Any], str]  # loaded Run -> the closing summary text
     live: Callable[[], "Live"]  # a fresh terminal printer for one launch
+    headline: Callable[[list, Any], Any] | None = None  # (report entries of this kind, out dir) -> a
+    # report Section with the answer a reader came for: one small plot and a short table (the page's
+    # first screen shows every kind's, before the details and the run metadata)
 
 
 class Live(Protocol):

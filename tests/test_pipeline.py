@@ -105,7 +105,7 @@ def test_breakdown_on_a_synthetic_timeline():
 
 @pytest.mark.parametrize("kw,message", [
     ({"schedule": "1f1b", "stages": 4, "chunks": 2}, "1f1b needs chunks >= stages: chunks 2 < stages 4"),
-    ({"schedule": "interleaved", "stages": 2, "chunks": 3, "batch": 6}, "chunks 3 % stages 2 = 1"),
+    ({"schedule": "interleaved", "stages": 2, "chunks": 5, "batch": 10, "depth": 4}, "chunks 5 % rounds 2 = 1"),
     ({"chunks": 3}, "batch 8 is not divisible by chunks 3"),
     ({"chunks": 0}, "chunks 0 must be >= 1"),
     ({"balance": (1, 2)}, "balance 1,2 sums to 3; the model has 4 layers"),

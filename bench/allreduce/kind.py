@@ -237,5 +237,6 @@ KIND = KINDS.register(Kind(
     read=Reading(keys=("algorithm", "variant"), metrics=COMM_METRICS, group="algorithm",
                  narrow=narrow_sized("-a", "algorithm"), aliases=("algorithm", "algorithms"), settings=COMM_SETTINGS,
                  sized=True),
-    report=Report(title="Allreduce algorithms", section=plots.section, summary=allreduce_summary, live=AllreduceLive),
+    report=Report(title="Allreduce algorithms", section=plots.section, summary=allreduce_summary, live=AllreduceLive,
+                  headline=plots.headline),
 ))

@@ -197,3 +197,44 @@ def section(entries: list[Entry], out_dir: Path) -> Section:
             columns={"_label": "run"}).to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
     plt.close("all")
     return sec
+
+
+def headline(entries: list[Entry], out_dir: Path) -> Section:
+    """The answer first: busbw vs size per algorithm at the largest world, and each one's peak."""
+    sec = Section("allreduce-headline", "Allreduce algorithms")
+    res = table([e for e in entries if not e.baseline], "results")
+    if res.empty or "algorithm" not in res:
+        sec.missing.append("no allreduce results rows")
+        return sec
+    res = res.assign(_alg=_labels(res))
+    sized = res[(num(res, "size_bytes") > 0) & (num(res, "busbw_gbps") > 0)]
+    if sized.empty:
+        sec.missing.append("busbw is null at every size")
+        return sec
+    world = int(num(sized, "world").max())
+    top = sized[num(sized, "world") == world]
+    multi = top["_label"].nunique() > 1
+    fig, axes = new_figure(5.0, 3.2)
+    ax = axes[0][0]
+    for i, (key, g) in enumerate(top.groupby(["_label", "_alg"] if multi else ["_alg"], sort=True)):
+        best = g.assign(_b=num(g, "busbw_gbps")).groupby("size_bytes")["_b"].max()
+        ax.plot(best.index.to_numpy(dtype=float), best.to_numpy(dtype=float),
+                label=" ".join(map(str, key if isinstance(key, tuple) else (key,))), **{**style(i), "markersize": 3})
+    size_axis(ax, num(top, "size_bytes"))
+    ax.set_xlabel("message size (bytes)", fontsize=8)
+    ax.set_ylabel("busbw (GB/s)", fontsize=8)
+    ax.set_title(f"allreduce busbw vs size per algorithm (world {world})", fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+    legend(ax)
+    sec.images.append(save(fig, out_dir, "headline_allreduce_busbw", "allreduce: busbw vs size",
+                           f"Line plot of allreduce bus bandwidth in GB/s against message size per algorithm at world {world}."))
+    idx = top.assign(_b=num(top, "busbw_gbps")).groupby(["_label", "_alg"])["_b"].idxmax()
+    pk = top.loc[idx].sort_values("busbw_gbps", ascending=False)
+    t = pd.DataFrame({**({"run": pk["_label"]} if multi else {}), "algorithm": pk["_alg"],
+                      "peak busbw (GB/s)": [f"{b:.3g} at {size_label(s)}B" for b, s in
+                                            zip(num(pk, "busbw_gbps"), num(pk, "size_bytes"))]})
+    sec.tables.append((f"peak busbw per algorithm (world {world})",
+                       t.to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
+    plt.close("all")
+    return sec

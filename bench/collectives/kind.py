@@ -188,5 +188,6 @@ KIND = KINDS.register(Kind(
     # gate groups: one per case_id (a collective at one dtype, op, root and mode; shown by its collective)
     read=Reading(metrics=COMM_METRICS, group="case_id", narrow=narrow_sized("-c", "collective"),
                  aliases=("collective",), settings=COMM_SETTINGS, sized=True),
-    report=Report(title="Collectives", section=plots.section, summary=collectives_summary, live=CollectivesLive),
+    report=Report(title="Collectives", section=plots.section, summary=collectives_summary, live=CollectivesLive,
+                  headline=plots.headline),
 ))

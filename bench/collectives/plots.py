@@ -136,4 +136,165 @@ def section(entries: list[Entry], out_dir: Path) -> Section:
     wrong = wrong.rename(columns={"_label": "run"})
     sec.tables.insert(0, ("Wrong elements (summed over ranks and checks)",
                           wrong.to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
+    _peer_section(sec, entries, out_dir)
+    return sec
+
+
+# ----------------------------------------------------------------------------- imported peers (nccl-tests, PARAM)
+
+_PEER_KEYS = ("collective", "world", "dtype", "placement", "size_bytes")
+
+
+def _peer_of(e: Entry) -> str:
+    """'' for a distbench run; the tool's name for a run imported from one (meta.json source)."""
+    src = e.run.meta.get("source") or {}
+    return str(src.get("tool") or "") if isinstance(src, dict) else ""
+
+
+def _own_and_peers(entries: list[Entry]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(distbench rows, imported rows), each with _label and _tool; baselines left out."""
+    own = [e for e in entries if not e.baseline and not _peer_of(e)]
+    peers = [e for e in entries if not e.baseline and _peer_of(e)]
+    tool = {e.label: _peer_of(e) for e in peers}
+
+    def frame(es):
+        df = table(es, "results")
+        if df.empty or "collective" not in df:
+            return pd.DataFrame()
+        return df.assign(_tool=df["_label"].map(tool).fillna("distbench"))
+
+    return frame(own), frame(peers)
+
+
+def peer_ratios(own: pd.DataFrame, peers: pd.DataFrame) -> pd.DataFrame:
+    """Per size: distbench busbw / the imported tool's busbw, matched on collective, world, dtype,
+    placement and size (modes may differ: both columns are named). Empty when nothing matches."""
+    if own.empty or peers.empty:
+        return pd.DataFrame()
+    cols = [*_PEER_KEYS, "_label", "_tool", "mode", "busbw_gbps", "time_median_s"]
+    a = own[[c for c in cols if c in own]].rename(columns={"_label": "run", "mode": "mode", "busbw_gbps": "busbw_gbps",
+                                                           "time_median_s": "time_s"})
+    b = peers[[c for c in cols if c in peers]].rename(columns={"_label": "peer_run", "_tool": "tool", "mode": "peer_mode",
+                                                               "busbw_gbps": "peer_busbw_gbps", "time_median_s": "peer_time_s"})
+    a = a.drop(columns=["_tool"], errors="ignore")
+    m = a.merge(b, on=list(_PEER_KEYS), how="inner")
+    m = m[(num(m, "size_bytes") > 0) & (num(m, "peer_busbw_gbps") > 0)]
+    if m.empty:
+        return pd.DataFrame()
+    m = m.assign(busbw_ratio=num(m, "busbw_gbps") / num(m, "peer_busbw_gbps"),
+                 time_ratio=num(m, "time_s") / num(m, "peer_time_s"))
+    return m.sort_values(["collective", "world", "placement", "run", "peer_run", "size_bytes"]).reset_index(drop=True)
+
+
+def _peer_section(sec: Section, entries: list[Entry], out_dir: Path):
+    """distbench's busbw over the imported tool's, per size (a plot per collective and a table)."""
+    own, peers = _own_and_peers(entries)
+    if peers.empty:
+        return
+    tools = ", ".join(sorted(peers["_tool"].unique()))
+    if own.empty:
+        sec.notes.append(f"Imported from {tools} only: no distbench run of this kind in the report to set beside it.")
+        return
+    r = peer_ratios(own, peers)
+    if r.empty:
+        sec.missing.append(f"no size matches between the distbench runs and the {tools} import(s) (same collective, "
+                           "world, dtype, placement and size): no ratio")
+        return
+    sec.notes.append(f"Ratio plots: distbench busbw / {tools} busbw at each size both measured (same collective, world, "
+                     "dtype, placement); > 1: distbench reports more bus bandwidth. Each tool defines its time its own "
+                     "way (the imported run's meta.json source.definitions; docs/schema.md).")
+    for coll, g in r.groupby("collective", sort=True):
+        fig, axes = new_figure(height_in=3.6)
+        ax = axes[0][0]
+        for i, (key, s) in enumerate(g.groupby(["run", "peer_run", "tool", "placement", "world"], sort=True)):
+            s = s.sort_values("size_bytes")
+            ax.plot(num(s, "size_bytes"), num(s, "busbw_ratio"), label=f"{key[0]} / {key[2]} ({key[3]}, w{key[4]})",
+                    **style(i))
+        ax.axhline(1.0, color="0.3", linewidth=0.8)
+        size_axis(ax, num(g, "size_bytes"))
+        finish_axes(ax, "message size S (bytes, log2)", "busbw ratio (distbench / peer)",
+                    f"{coll}: distbench busbw / {tools} busbw per size")
+        sec.images.append(save(fig, out_dir, f"collectives_{coll}_busbw_ratio_vs_peer", f"{coll}: busbw vs {tools}",
+                               f"Line plot of the ratio of distbench's {coll} bus bandwidth to {tools}'s at each message "
+                               "size, with a reference line at 1."))
+    t = r[["collective", "world", "dtype", "placement", "size_bytes", "run", "mode", "busbw_gbps", "peer_run", "tool",
+           "peer_mode", "peer_busbw_gbps", "busbw_ratio", "time_ratio"]].copy()
+    for c in ("busbw_gbps", "peer_busbw_gbps"):
+        t[c] = num(t, c).round(3)
+    for c in ("busbw_ratio", "time_ratio"):
+        t[c] = num(t, c).round(3)
+    sec.tables.insert(0, (f"distbench vs {tools}, per size", t.to_html(index=False, escape=True, na_rep="-",
+                                                                       classes="data", border=0)))
+
+
+def _peak(df: pd.DataFrame) -> pd.DataFrame:
+    """Per run, collective and world: the largest busbw and the size it was reached at."""
+    d = df[(num(df, "size_bytes") > 0) & np.isfinite(num(df, "busbw_gbps"))]
+    if d.empty:
+        return pd.DataFrame(columns=["_label", "_tool", "collective", "world", "peak_busbw_gbps", "peak_size_bytes"])
+    idx = d.assign(_b=num(d, "busbw_gbps")).groupby(["_label", "collective", "world"])["_b"].idxmax()
+    p = d.loc[idx, ["_label", "_tool", "collective", "world", "busbw_gbps", "size_bytes"]]
+    return p.rename(columns={"busbw_gbps": "peak_busbw_gbps", "size_bytes": "peak_size_bytes"})
+
+
+def headline(entries: list[Entry], out_dir: Path) -> Section:
+    """The answer first: busbw vs size of every collective (imported peers dashed) and the peak busbw
+    per collective, with how close it comes to an imported tool's peak."""
+    sec = Section("collectives-headline", "Collectives")
+    own, peers = _own_and_peers(entries)
+    both = pd.concat([f for f in (own, peers) if not f.empty], ignore_index=True) if not (own.empty and peers.empty) \
+        else pd.DataFrame()
+    if both.empty:
+        sec.missing.append("no collectives results rows")
+        return sec
+    sized = both[(num(both, "size_bytes") > 0) & (num(both, "busbw_gbps") > 0)]  # 0.00 printed: below the log axis
+    if not sized.empty:
+        fig, axes = new_figure(5.0, 3.2)
+        ax = axes[0][0]
+        colls = sorted(sized["collective"].unique())
+        multi = sized["_label"].nunique() > 1
+        for (lab, coll), g in sized.groupby(["_label", "collective"], sort=True):
+            best = g.assign(_b=num(g, "busbw_gbps")).groupby("size_bytes")["_b"].max()  # best placement per size
+            peer = g["_tool"].iloc[0] != "distbench"
+            st = style(colls.index(coll))
+            st.update(linestyle="--" if peer else "-", markersize=3)
+            name = f"{coll} ({g['_tool'].iloc[0]})" if peer else (f"{coll} {lab}" if multi and not peers.empty and
+                                                                 own["_label"].nunique() > 1 else coll)
+            ax.plot(best.index.to_numpy(dtype=float), best.to_numpy(dtype=float), label=name, **st)
+        size_axis(ax, num(sized, "size_bytes"))
+        peaks = sized.assign(_b=num(sized, "busbw_gbps")).groupby(["_label", "collective"])["_b"].max()
+        if peaks.min() > 0 and peaks.max() / peaks.min() > 20:  # curves orders of magnitude apart: all visible
+            ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)", fontsize=8)
+        ax.set_ylabel("busbw (GB/s)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+        ax.set_title("bus bandwidth vs size" + (" (dashed: imported)" if not peers.empty else ""), fontsize=9)
+        legend(ax)
+        sec.images.append(save(fig, out_dir, "headline_collectives_busbw", "collectives: busbw vs size",
+                               "Line plot of bus bandwidth in GB/s against message size for every collective"
+                               + ("; imported tools' curves dashed" if not peers.empty else "")))
+    pk_own = _peak(own) if not own.empty else _peak(both.iloc[:0])
+    pk_peer = _peak(peers) if not peers.empty else None
+    rows = []
+    several = not own.empty and own["_label"].nunique() > 1
+    for r in (pk_own if len(pk_own) else _peak(peers)).to_dict("records"):
+        row = {"collective": r["collective"], "world": int(r["world"]),
+               "peak busbw (GB/s)": f"{r['peak_busbw_gbps']:.3g} at {size_label(r['peak_size_bytes'])}B"}
+        if several:
+            row = {"run": r["_label"], **row}
+        if pk_peer is not None and len(pk_own):
+            p = pk_peer[(pk_peer["collective"] == r["collective"]) & (pk_peer["world"] == r["world"])]
+            if len(p):
+                best = p.loc[p["peak_busbw_gbps"].astype(float).idxmax()]
+                row["peer peak"] = f"{best['peak_busbw_gbps']:.3g} ({best['_tool']})"
+                row["of peer"] = f"{100 * r['peak_busbw_gbps'] / best['peak_busbw_gbps']:.3g}%"
+            else:
+                row["peer peak"], row["of peer"] = "-", "-"
+        rows.append(row)
+    if rows:
+        sec.tables.append(("peak busbw per collective", pd.DataFrame(rows).to_html(
+            index=False, escape=True, na_rep="-", classes="data", border=0)))
+    if not len(pk_own) and pk_peer is not None:
+        sec.notes.append(f"imported from {', '.join(sorted(peers['_tool'].unique()))}; no distbench run beside it")
     return sec

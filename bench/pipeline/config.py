@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from bench.errors import BenchError, unknown
 from bench.strategies.config import CaseSpec
 from bench.strategies.dims import ParallelDims
-from bench.strategies.pp import CHECKPOINTS, SCHEDULES, validate
+from bench.strategies.pp import CHECKPOINTS, validate
+from bench.strategies.schedules import canonical, torch_class
 from bench.suite import RunConfig, at_least
 from bench.workloads.models import get_spec
 
@@ -21,7 +22,7 @@ class PipelineConfig(RunConfig):
     tp: int = 1  # tensor-parallel degree inside a stage (only 1 is implemented)
     world: tuple[int, ...] = ()  # must equal stages x tp when given
     chunks: tuple[int, ...] = (1, 2, 4, 8)
-    schedules: tuple[str, ...] = ("gpipe", "1f1b")
+    schedules: tuple[str, ...] = ("gpipe", "1f1b")  # bench.strategies.schedules: ours or torch's names
     checkpoint: tuple[str, ...] = ("never",)
     batch: int = 1024  # fixed mini-batch mode: split into `chunks` micro-batches
     micro_batch: tuple[int, ...] = ()  # fixed micro-batch mode when given: mini-batch = micro_batch x chunks
@@ -47,9 +48,11 @@ class PipelineConfig(RunConfig):
             raise BenchError(f"profile {self.profile} must be 0 or 1 (1: trace 5 steps per case after the timed ones)")
         if self.tp != 1:
             raise BenchError(f"tp {self.tp} inside pipeline stages is not implemented; allowed: 1")
+        # our names for the schedules (torch's accepted too); one the installed torch lacks is refused
+        object.__setattr__(self, "schedules", tuple(dict.fromkeys(canonical(s) for s in self.schedules)))
         for s in self.schedules:
-            if s not in SCHEDULES:
-                raise unknown("schedule", s, SCHEDULES)
+            if s not in ("gpipe", "1f1b"):  # torch >= 2.4 has both; the others import torch's pipelining (~1.4 s)
+                torch_class(s)
         for c in self.checkpoint:
             if c not in CHECKPOINTS:
                 raise unknown("checkpoint mode", c, CHECKPOINTS)
@@ -68,7 +71,7 @@ def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
     for stages in cfg.stages:
         for sched in cfg.schedules:
             for m in cfg.chunks:
-                if sched == "1f1b" and m < stages and not cfg.strict:
+                if sched == "1f1b" and m < stages and not cfg.strict:  # a default sweep: GPipe covers it
                     skipped.setdefault((stages, sched), []).append(m)
                     continue
                 for mb in (cfg.micro_batch or (0,)):

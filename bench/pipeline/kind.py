@@ -79,5 +79,6 @@ KIND = KINDS.register(Kind(
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule", settings=TRAIN_SETTINGS,
                  claims=lambda meta: not meta.get("kind") and str(meta.get("suite", "")).startswith("pipeline")),
     report=Report(title="Pipeline", section=lambda entries, out: plots.section(entries, out, "pipeline", pipeline=True),
-                  summary=strategies_summary, live=StrategiesLive),
+                  summary=strategies_summary, live=StrategiesLive,
+                  headline=lambda entries, out: plots.headline(entries, out, "pipeline", pipeline=True)),
 ))

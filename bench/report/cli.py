@@ -7,6 +7,7 @@ bench.cli (bench.cli imports it).
 import io
 import json
 import math
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,6 +48,22 @@ def add_parser(sub):
 
 # ----------------------------------------------------------------------------- report
 
+def writable_dir(path: Path, what: str):
+    """Create `path` (and parents) and check a file can be written there, or one BenchError naming it."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise BenchError(f"{what} '{path}' is a file, not a directory; give a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".distbench-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise BenchError(f"{what} '{path}' cannot be written ({e.strerror or type(e).__name__}"
+                         f"{': ' + str(e.filename) if e.filename and str(e.filename) != str(path) else ''}); "
+                         "give a writable directory") from None
+
+
 def _default_out(dirs: list[Path]) -> Path:
     from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
 
@@ -61,6 +78,8 @@ def cmd_report(args) -> int:
     dirs = [runs_mod.resolve_run_dir(d) for d in args.runs]
     base = [runs_mod.resolve_run_dir(d) for d in args.baseline]
     if not dirs:
+        if Path(args.root).exists() and not Path(args.root).is_dir():
+            raise BenchError(f"--root '{args.root}' is a file, not a results directory")
         dirs = runs_mod.latest_per_kind(args.root)
         if not dirs:
             raise BenchError(f"no runs under '{args.root}' to report on; run a benchmark first (e.g. make bench) "
@@ -68,7 +87,9 @@ def cmd_report(args) -> int:
         print(f"# reporting the latest run of each kind under {args.root}: " + ", ".join(map(str, dirs)))
     from bench.report.html import build_report  # lazy: matplotlib only when a report is made
 
-    index = build_report(dirs, args.out or _default_out(dirs), baseline_dirs=base, title=args.title)
+    out = Path(args.out) if args.out else _default_out(dirs)
+    writable_dir(out, "report directory -o")
+    index = build_report(dirs, out, baseline_dirs=base, title=args.title)
     print(f"report: {index}")
     return 0
 
@@ -132,6 +153,8 @@ def cmd_show(args) -> int:
     path = runs_mod.resolve_run_dir(args.run)
     run = load_run(path)
     if not run.tables:
+        if run.problems:  # the real problem first: an unreadable file, not "no tables"
+            raise BenchError(f"run '{args.run}' cannot be read: {run.problems[0]}")
         raise BenchError(f"run '{args.run}' has no tables yet (no parquet file and no finished case)")
     if args.table is not None and args.table not in run.tables:
         raise unknown("table", args.table, run.tables)
@@ -167,6 +190,10 @@ def cmd_runs(args) -> int:
         kind = runs_mod.normalize_kind(args.kind)
         if kind not in runs_mod.kind_names():
             raise unknown("kind", args.kind, runs_mod.kind_names())
+    if Path(args.root).exists() and not Path(args.root).is_dir():
+        raise BenchError(f"results root '{args.root}' is a file, not a directory; give --root DIR")
+    if not Path(args.root).is_dir():
+        raise BenchError(f"results root '{args.root}' does not exist; give --root DIR (where benchmarks wrote --out)")
     fmt = str(args.format).lower()
     if fmt not in ("table", "json", "csv"):
         raise unknown("format", args.format, ("table", "json", "csv"))

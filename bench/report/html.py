@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from bench.errors import BenchError
 from bench.report import runs as runs_mod
 from bench.kind import KINDS
 from bench.report.plots import telemetry
@@ -58,7 +59,7 @@ def honesty_flags(run, label: str) -> list[str]:
     """Every reason a number may not be what it claims: oversubscription, degraded rows, noise,
     wrong results, missing GPU telemetry, skipped combinations and the launches' own notes."""
     meta, res = run.meta, run.tables.get("results")
-    flags = []
+    flags = [f"NOT READ: {p}" for p in getattr(run, "problems", [])]  # files skipped: the page lacks their rows
     for w, la in sorted((meta.get("launches") or {}).items()):
         if not isinstance(la, dict):
             continue
@@ -117,6 +118,11 @@ def run_header(e: Entry, kind: str) -> RunHeader:
         ("GPU", "; ".join(gpus) or "none"),
         ("directory", str(e.run.dir)),
     ]
+    src = meta.get("source")
+    if isinstance(src, dict):  # an imported run: where its numbers came from
+        facts.insert(1, ("imported from", f"{src.get('tool', '?')} {src.get('version', '')}; command: "
+                                          f"{src.get('command') or 'not recorded'}; files: "
+                                          + ", ".join(str(f.get('path')) for f in src.get('files') or [])))
     return RunHeader(label=e.label, dir=str(e.run.dir), kind=kind, baseline=e.baseline, facts=facts,
                      command=runs_mod.command_of(meta), flags=honesty_flags(e.run, e.label),
                      tables=sorted(e.run.tables))
@@ -166,6 +172,22 @@ def _section_for(kind: str, entries: list[Entry], out_dir: Path) -> Section:
     return sec
 
 
+def _headline_for(kind: str, entries: list[Entry], out_dir: Path) -> Section | None:
+    """The kind's headline (one small plot and a short table: what the reader came for), or None
+    when the kind declares none. A failing headline is a note, never a lost report."""
+    if kind not in KINDS or KINDS.get(kind).report.headline is None:
+        return None
+    k = KINDS.get(kind)
+    try:
+        sec = k.report.headline(entries, out_dir)
+    except Exception as err:  # noqa: BLE001 - the details below still hold every plot
+        sec = Section(f"{kind}-headline", k.report.title)
+        sec.missing.append(f"no headline: {type(err).__name__}: {err}")
+    if sec is not None:
+        sec.title = k.report.title
+    return sec
+
+
 def _template() -> jinja2.Template:
     env = jinja2.Environment(loader=jinja2.PackageLoader("bench.report", "templates"),
                              autoescape=True,  # every run string (command lines, notes) is data, never markup
@@ -184,15 +206,22 @@ def build_report(run_dirs, out_dir, baseline_dirs=(), title: str | None = None) 
     labels = _labels(dirs + bdirs)
     entries = [Entry(lab, load_run(d), baseline=i >= len(dirs)) for i, (lab, d) in enumerate(zip(labels, dirs + bdirs))]
     for e in entries:
+        if not e.run.tables and e.run.problems:  # nothing of it can be shown: the real problem, in one line
+            raise BenchError(f"run '{e.run.dir}' cannot be read: {e.run.problems[0]}")
+    for e in entries:
         if e.baseline:
             e.label = f"baseline {e.label}"
     kinds = {id(e): runs_mod.kind_of(e.run.meta, results=e.run.tables.get("results")) for e in entries}
     order = [k for k in KINDS.names() if k in kinds.values()] + sorted(set(kinds.values()) - set(KINDS.names()))
-    sections = []
+    sections, headlines = [], []
     for kind in order:
         group = [e for e in entries if kinds[id(e)] == kind]
         if any(not e.baseline for e in group):
+            head = _headline_for(kind, group, out_dir)
             sections.append(_section_for(kind, group, out_dir))
+            if head is not None:
+                head.id = f"{sections[-1].id}-headline"  # the card links to the kind's details
+                headlines.append(head)
     sections.append(telemetry.section(entries, out_dir))
     hist = history_section(entries, out_dir)
     if hist is not None:
@@ -205,7 +234,8 @@ def build_report(run_dirs, out_dir, baseline_dirs=(), title: str | None = None) 
     html = _template().render(
         title=title or f"distbench report: {', '.join(dict.fromkeys(kinds[id(e)] for e in entries if not e.baseline))}",
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        headers=headers, sections=sections)
+        headers=headers, sections=sections, headlines=headlines,
+        flag_count=sum(len(h.flags) for h in headers))
     index = out_dir / "index.html"
     index.write_text(html, encoding="utf-8")
     return index

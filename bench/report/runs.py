@@ -48,9 +48,10 @@ def resolve_run_dir(text) -> Path:
 def read_meta(path: Path) -> dict:
     p = Path(path) / "meta.json"
     try:
-        return json.loads(p.read_text()) if p.exists() else {}
+        meta = json.loads(p.read_text()) if p.exists() else {}
     except (OSError, ValueError):
         return {}
+    return meta if isinstance(meta, dict) else {}  # a JSON list or number: no metadata (load_run names it)
 
 
 def _parquet_files(path: Path, table: str) -> list[Path]:

@@ -34,7 +34,12 @@ def _footer(rows: list[dict], run, what: str = "rows") -> list[str]:
 def collectives_summary(run) -> str:
     rows = _rows(run)
     figures = sorted({figure_text(r["mode"], r.get("rank_reduce") or "max") for r in rows})
+    src = run.meta.get("source") if isinstance(run.meta.get("source"), dict) else None
+    if src:  # an imported run: the tool's own figures (meta.json source.definitions says what each is)
+        figures = [f"{src.get('tool')}'s own time as it defines it (meta.json source.definitions)"]
     out = ["#", "# Summary (busbw per nccl-tests PERFORMANCE.md; time = " + "; ".join(figures) + ")"]
+    if src:
+        out.append(f"# Imported from {src.get('tool')} {src.get('version', '')}: {src.get('command') or '(no command line)'}")
     cases: dict[str, list[dict]] = {}
     for r in rows:
         cases.setdefault(r["case_id"], []).append(r)
@@ -186,6 +191,30 @@ def strategy_line(r: dict) -> str:
             f"{mib(r['peak_memory_bytes']):>12} {r['wrong']:>5}{' [degraded]' if r.get('degraded') else ''}")
 
 
+def _finite(x) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _bubble_table(pp: list[dict]) -> list[str]:
+    """Per schedule: the measured bubble beside the exact one (timed workload: the schedule's own
+    order replayed with the known action times) and the schedule's formula."""
+    have = [r for r in pp if "bubble_theory" in r]
+    if not have:
+        return []
+    out = ["#", "# Bubble per schedule: measured | exact (timed workload) | measured - exact | theory (formula)"]
+    order = lambda r: (r["model"], r["world"], r["chunks"], r["schedule"], r["checkpoint"])  # noqa: E731
+    for r in sorted(have, key=order):
+        ex = r.get("bubble_exact")
+        diff = f"{(r['bubble_measured'] - ex) * 100:+5.1f} pp" if _finite(ex) else "     -  "
+        out.append(f"#   {r['model']:<10} p={r['world']:<2} m={r['chunks']:<3} {r['schedule']:<14} "
+                   f"measured {pct(r['bubble_measured']):>4}  exact {pct(ex) if _finite(ex) else '-':>4}  {diff}  "
+                   f"theory {pct(r.get('bubble_theory')):>4} {r.get('bubble_theory_formula') or ''}")
+    return out
+
+
 def strategies_summary(run) -> str:
     rows, out = _rows(run), []
     eff = _rows(run, "microbatch_efficiency")
@@ -203,13 +232,14 @@ def strategies_summary(run) -> str:
     if pp:
         out += ["#", "# Pipeline bubble: measured idle/step | GPipe (p-1)/(m+p-1) | Megatron (p-1)/(v m) | replay: "
                 "schedule + imbalance | comm+overhead = (1 - compute/step) - replay"]
-        order = lambda r: (r["model"], r["schedule"], r["micro_batch"] if r["sweep_mode"] == "micro-batch" else 0,  # noqa: E731
-                           r["chunks"], r["checkpoint"])
-        out += [f"#   {r['model']:<10} {r['schedule']:<11} m={r['chunks']:<3} mb={r['micro_batch']:<4} "
+        order = lambda r: (r["model"], r["world"], r["schedule"],  # noqa: E731
+                           r["micro_batch"] if r["sweep_mode"] == "micro-batch" else 0, r["chunks"], r["checkpoint"])
+        out += [f"#   {r['model']:<10} p={r['world']:<2} {r['schedule']:<14} m={r['chunks']:<3} mb={r['micro_batch']:<4} "
                 f"{r['checkpoint']:<11} measured {pct(r['bubble_measured']):>4}  gpipe {pct(r['bubble_gpipe_theory']):>4}  "
                 f"megatron {pct(r['bubble_megatron_theory']):>5}  replay {pct(r['replay_bubble']):>4} = "
                 f"schedule {pct(r['replay_schedule_bubble']):>4} + imbalance {pct(r['replay_imbalance']):>4}  "
                 f"comm+overhead {pct(r['comm_overhead_frac']):>4}" for r in sorted(pp, key=order)]
+        out += _bubble_table(pp)
     wrong = sum(int(r["wrong"] or 0) for r in rows)
     out.append(f"#  Correctness vs single-process reference ({rows[0]['tolerance'] if rows else ''}): "
                f"{wrong} wrong tensor(s) {'OK' if wrong == 0 else 'FAILED'}")

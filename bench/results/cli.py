@@ -16,6 +16,7 @@ from bench.results import fingerprint as fp
 from bench.results import gate as gt
 from bench.results.compare import Rules, compare_rows, normalize_kind, reading, render
 from bench.results.export import to_pytest_benchmark
+from bench.results.rundir import read_meta
 from bench.results.store import load_run
 from bench.suite import tomllib
 
@@ -78,10 +79,35 @@ def _format(fmt: str) -> str:
 
 
 def _dir(path, what: str) -> Path:
+    """A run or baseline directory given on the command line; what is wrong with it first."""
     p = Path(path)
+    if not p.exists():
+        raise BenchError(f"{what} '{path}' does not exist; give a run directory (results/<suite>/<run_id>) "
+                         "or a baseline directory")
+    if not p.is_dir():
+        raise BenchError(f"{what} '{path}' is a file, not a run or baseline directory")
     if not (p / "meta.json").exists():
         raise BenchError(f"{what} '{path}' is not a run or baseline directory (no meta.json)")
+    if not (p / "meta.json").is_file():
+        raise BenchError(f"{what} '{path}': its meta.json is not a file; the run cannot be read")
     return p
+
+
+def _readable(run, path) -> None:
+    """A run with no results rows because a file cannot be read: say which file (the real problem)."""
+    if ("results" not in run.tables or run["results"].empty) and run.problems:
+        raise BenchError(f"run '{path}' cannot be read: {run.problems[0]}")
+
+
+def _output_file(path, what: str):
+    """An output file's place is writable (checked before any work), or one BenchError naming it."""
+    p = Path(path)
+    if p.is_dir():
+        raise BenchError(f"{what} '{path}' is a directory; give a file name")
+    if not p.parent.is_dir():
+        raise BenchError(f"{what} '{path}': its directory '{p.parent}' does not exist or is not a directory")
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise BenchError(f"{what} '{path}' cannot be written (permission denied)")
 
 
 def _rows(path):
@@ -93,6 +119,7 @@ def _rows(path):
             raise BenchError(str(e)) from None
         return b.results, b.meta, f"baseline {Path(path).name} ({len(b.meta.get('repeats', []))} repeats)"
     run = load_run(path)
+    _readable(run, path)
     if "results" not in run.tables or run["results"].empty:
         raise BenchError(f"run '{path}' has no results rows")
     return run["results"], run.meta, f"run {Path(path).name}"
@@ -154,6 +181,20 @@ def cmd_gate(args) -> int:
     if bool(args.current) == bool(args.suite):
         raise BenchError("give exactly one of --current RUN and --suite FILE")
     root = Path(args.baseline or bl.DEFAULT_ROOT)
+    if args.baseline is not None:  # a named path that is not there is a typo (2); no stored baseline yet is 3
+        if not root.exists():
+            raise BenchError(f"--baseline '{args.baseline}' does not exist; give a baseline directory or a root of "
+                             f"them (default {bl.DEFAULT_ROOT}; `distbench baseline record` makes one)")
+        if not root.is_dir():
+            raise BenchError(f"--baseline '{args.baseline}' is a file, not a baseline directory")
+        problems: list[str] = []
+        if (root / "meta.json").exists() and not read_meta(root, problems) and problems:
+            raise BenchError(f"--baseline '{args.baseline}' cannot be read: {problems[0]}")
+        if (root / "meta.json").exists() and not bl.is_baseline(root):
+            raise BenchError(f"--baseline '{args.baseline}' is a run, not a baseline; `distbench baseline update --from "
+                             "RUN` makes one, or `distbench compare RUN_A RUN_B` compares two runs")
+    if args.markdown:
+        _output_file(args.markdown, "--markdown")
     rules = Rules.load(args.rules) if args.rules else None
     if args.suite:
         if not Path(args.suite).exists():
@@ -171,6 +212,7 @@ def cmd_gate(args) -> int:
     else:
         current = _dir(args.current, "--current")
     run = load_run(current)
+    _readable(run, current)
     rerun = None
     if not args.no_confirm and "results" in run.tables:
         kind = run.meta.get("kind") or ""
@@ -239,10 +281,15 @@ def _suite_backend(path) -> str | None:
 def cmd_export(args) -> int:
     if args.format != "pytest-benchmark":
         raise unknown("export format", args.format, ("pytest-benchmark",))
+    if args.output:
+        _output_file(args.output, "-o")
     doc = to_pytest_benchmark(_dir(args.run, "RUN"))
     text = json.dumps(doc, indent=4) + "\n"
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as e:
+            raise BenchError(f"-o '{args.output}' cannot be written ({e.strerror or type(e).__name__})") from None
         print(f"# exported {len(doc['benchmarks'])} benchmark(s) to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)

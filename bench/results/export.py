@@ -67,6 +67,8 @@ def to_pytest_benchmark(run_dir) -> dict:
         raise BenchError("export --format pytest-benchmark needs pytest-benchmark (pip install pytest-benchmark)") from None
     run = load_run(Path(run_dir))
     if "results" not in run.tables or run["results"].empty:
+        if run.problems:  # the real problem first: the file that cannot be read
+            raise BenchError(f"run '{run_dir}' cannot be read: {run.problems[0]}")
         raise BenchError(f"run '{run_dir}' has no results rows")
     meta = run.meta
     raw = _samples_by_case(run)

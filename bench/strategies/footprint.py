@@ -23,6 +23,8 @@ MLP_ACTS_PER_BLOCK = 2  # Linear out, GELU out
 def model_params(spec) -> int:
     """Parameter count of a preset (bench.workloads.models.build_model), in closed form."""
     w, d = spec.width, spec.depth
+    if spec.family == "timed":
+        return d * w
     if spec.family == "mlp":
         return d * (w * w + w)
     block = 4 * (w * w + w) + 2 * 2 * w + (w * 4 * w + 4 * w) + (4 * w * w + w)  # attn, 2 LN, up, down
@@ -34,7 +36,7 @@ def activation_bytes(spec, batch: float) -> int:
     MLP: batch x width x depth x MLP_ACTS_PER_BLOCK x 4 B;
     GPT: batch x seq x (width x depth x GPT_ACTS_PER_BLOCK + vocab x GPT_ACTS_PER_VOCAB) x 4 B.
     Attention scores (heads x seq^2) are not counted: SDPA's fused kernels do not keep them."""
-    if spec.family == "mlp":
+    if spec.family != "gpt":  # mlp, timed (its blocks keep input and output: the MLP's count)
         per_sample = spec.width * (spec.depth * MLP_ACTS_PER_BLOCK + 1)
     else:
         per_sample = spec.seq * (spec.width * spec.depth * GPT_ACTS_PER_BLOCK + spec.vocab * GPT_ACTS_PER_VOCAB)

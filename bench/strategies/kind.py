@@ -71,5 +71,6 @@ KIND = KINDS.register(Kind(
     at_world=at_world, memory=memory_of(expand_strategies),
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="strategy", aliases=("strategy",), settings=TRAIN_SETTINGS),
     report=Report(title="Strategies", section=lambda entries, out: plots.section(entries, out, "strategies", pipeline=False),
-                  summary=strategies_summary, live=StrategiesLive),
+                  summary=strategies_summary, live=StrategiesLive,
+                  headline=lambda entries, out: plots.headline(entries, out, "strategies", pipeline=False)),
 ))

@@ -20,7 +20,10 @@ def _with_fixed(pp: pd.DataFrame) -> pd.DataFrame:
     mb_mode = pp.get("sweep_mode", pd.Series("", index=pp.index)).astype(str) == "micro-batch"
     fixed = np.where(mb_mode, "micro-batch " + pp["micro_batch"].astype(str), "batch " + pp["batch"].astype(str))
     return pp.assign(_fixed=fixed)
-ACTION_COLORS = {"fwd": "#1f77b4", "bwd": "#ff7f0e", "recompute": "#9467bd", "comm": "#2ca02c", "idle": "#e3e3e3"}
+# "wait": blocked on a peer that was not ready (bubble, hatched grey); "comm": the transfer itself
+ACTION_COLORS = {"fwd": "#1f77b4", "bwd": "#ff7f0e", "bwd_input": "#d62728", "bwd_weight": "#bcbd22",
+                 "recompute": "#9467bd", "comm": "#2ca02c", "wait": "#c7c7c7", "idle": "#e3e3e3"}
+ACTION_ORDER = ("idle", "wait", "fwd", "bwd", "bwd_input", "bwd_weight", "recompute", "comm")
 MAX_GANTT_PER_RUN = 8  # one PNG per case; beyond this the page gets long, and the rest is named as left out
 
 
@@ -88,6 +91,9 @@ def _bubble(sec, out_dir, pp, keys, prefix):
                     label=f"{lab}Megatron (p-1)/(v m)")
             ax.plot(x, num(g, "replay_bubble") * 100, color=st["color"], linestyle="-.", marker="x", linewidth=1,
                     label=f"{lab}calibrated replay")
+            if "bubble_exact" in g and np.isfinite(num(g, "bubble_exact")).any():
+                ax.plot(x, num(g, "bubble_exact") * 100, color=st["color"], linestyle="none", marker="*", markersize=10,
+                        label=f"{lab}exact (timed workload)")
         chunk_axis(ax, s["chunks"].dropna().unique())
         finish_axes(ax, "chunks m (micro-batches per mini-batch, log2)", "bubble (% of step wall)",
                     f"pipeline bubble vs chunks, schedule {sched}: measured vs theory vs replay")
@@ -95,6 +101,37 @@ def _bubble(sec, out_dir, pp, keys, prefix):
             fig, out_dir, f"{prefix}_bubble_vs_chunks_{sched}", f"pipeline bubble vs chunks ({sched})",
             f"Line plot of the {sched} pipeline bubble in percent of the step against chunks: measured idle "
             "fraction (solid), GPipe theory (dashed), Megatron theory (dotted) and calibrated replay (dash-dot)."))
+
+
+def _bubble_by_schedule(sec, out_dir, pp, prefix):
+    """One bar group per schedule (and world, chunks, model): the measured bubble beside the exact
+    one (timed workload), the schedule's own formula and the calibrated replay."""
+    cols = [("bubble_measured", "measured"), ("bubble_exact", "exact (timed workload)"),
+            ("bubble_theory", "theory (schedule's formula)"), ("replay_bubble", "calibrated replay")]
+    cols = [(c, lab) for c, lab in cols if c in pp and np.isfinite(num(pp, c)).any()]
+    if "bubble_theory" not in pp or not cols:
+        return
+    keys = [k for k in ("_label", "model", "world", "chunks", "schedule") if k in pp]
+    g = pp.groupby(keys, dropna=False, sort=True)[[c for c, _ in cols]].median().reset_index()
+    if g.empty:
+        return
+    fig, axes = new_figure(max(8.0, 0.9 * len(g) + 2), 4.8)
+    ax = axes[0][0]
+    width = 0.8 / len(cols)
+    x = np.arange(len(g))
+    for i, (c, lab) in enumerate(cols):
+        ax.bar(x + (i - (len(cols) - 1) / 2) * width, num(g, c) * 100, width, label=lab, color=style(i)["color"])
+    multi = g["_label"].nunique() > 1 if "_label" in g else False
+    ax.set_xticks(x)
+    ax.set_xticklabels([(f"{r['_label']}\n" if multi else "") + f"{r['schedule']}\n{r['model']} p={r['world']} m={r['chunks']}"
+                        for _, r in g.iterrows()], fontsize=7, rotation=0 if len(g) <= 8 else 45)
+    ax.set_ylabel("bubble (% of step wall)")
+    ax.set_title("pipeline bubble per schedule: measured vs exact vs theory")
+    ax.grid(True, axis="y", alpha=0.3)
+    legend(ax)
+    sec.images.append(save(fig, out_dir, f"{prefix}_bubble_by_schedule", "pipeline bubble per schedule",
+                           f"Bar chart of the pipeline bubble in percent of the step for {len(g)} schedule cases: "
+                           + ", ".join(lab for _, lab in cols) + "."))
 
 
 def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
@@ -115,24 +152,26 @@ def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
             ax = axes[0][0]
             for r in ranks:  # the background: whatever no action covers is idle
                 ax.broken_barh([(0, (t1 - t0) * 1e3)], (r - 0.4, 0.8), facecolors=ACTION_COLORS["idle"])
-            actions = [a for a in ("idle", "fwd", "bwd", "recompute", "comm") if a in set(c["action"].astype(str))]
+            actions = [a for a in ACTION_ORDER if a in set(c["action"].astype(str))]
             others = sorted(set(c["action"].astype(str)) - set(ACTION_COLORS) - {"step"})
             for action in actions + others:
                 a = c[c["action"].astype(str) == action]
                 for r, g in a.groupby("rank"):
                     bars = [((s - t0) * 1e3, (e - s) * 1e3) for s, e in zip(num(g, "start_s"), num(g, "end_s")) if e >= s]
                     ax.broken_barh(bars, (int(r) - 0.4, 0.8), facecolors=ACTION_COLORS.get(action, "#8c564b"),
-                                   edgecolor="white", linewidth=0.3)
+                                   edgecolor="white", linewidth=0.3, hatch="///" if action == "wait" else None)
             own = c[c["action"].astype(str) == "step"]
             for r, g in own.groupby("rank"):
                 bars = [((s - t0) * 1e3, (e - s) * 1e3) for s, e in zip(num(g, "start_s"), num(g, "end_s"))]
                 ax.broken_barh(bars, (int(r) - 0.45, 0.9), facecolors="none", edgecolor="black", linewidth=0.8)
             names = ["idle"] + [a for a in actions if a != "idle"] + others
+            labels = {"wait": "wait for peer (bubble)", "comm": "transfer (comm)", "bwd_input": "bwd input-grad (I)",
+                      "bwd_weight": "bwd weight-grad (W)"}
             handles = [plt.Rectangle((0, 0), 1, 1, color=ACTION_COLORS.get(k, "#8c564b")) for k in names]
             if not own.empty:
                 handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="black"))
                 names.append("own step span")
-            ax.legend(handles, names, fontsize=7, ncol=len(handles), loc="upper center",
+            ax.legend(handles, [labels.get(n, n) for n in names], fontsize=7, ncol=min(len(handles), 6), loc="upper center",
                       bbox_to_anchor=(0.5, -0.5 if len(ranks) <= 2 else -0.25), frameon=False)
             ax.set_yticks(ranks)
             ax.set_yticklabels([f"rank {r}" for r in ranks])
@@ -214,6 +253,7 @@ def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> S
             sec.missing.append("speedup vs chunks=1: no chunks=1 case to compare with")
         if "bubble_measured" in pp:
             _bubble(sec, out_dir, pp, keys, kind)
+            _bubble_by_schedule(sec, out_dir, pp, kind)
         mem_keys = [k for k in series_keys(pp, ("model", "checkpoint", "schedule", "sweep_mode", "stages"), multi)]
         if "checkpoint" not in mem_keys:
             mem_keys.append("checkpoint")
@@ -256,9 +296,95 @@ def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> S
                        "peak memory in MiB")
     cols = [c for c in ("_label", "case_id", "strategy", "model", "world", "chunks", "schedule", "checkpoint", "batch",
                         "micro_batch", "step_median_s", "step_iqr_s", "samples_per_s", "bubble_measured",
+                        "bubble_exact", "bubble_theory", "bubble_theory_formula",
                         "bubble_gpipe_theory", "bubble_megatron_theory", "replay_bubble", "peak_memory_bytes",
                         "wrong", "degraded") if c in res]
     sec.tables.append(("Cases (step = median step wall; bubble fractions of the step)", res[cols].rename(
         columns={"_label": "run"}).round(4).to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
     plt.close("all")
+    return sec
+
+
+def _small_axes(ax, xlabel: str, ylabel: str, title: str):
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+    legend(ax)
+
+
+def _html(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, escape=True, na_rep="-", classes="data", border=0)
+
+
+def headline(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> Section:
+    """The answer first. Pipeline: throughput vs chunks per schedule, and the best configuration with
+    its bubble (measured, and GPipe's (p-1)/(m+p-1)). Strategies: throughput per strategy, with its
+    peak memory and step time."""
+    sec = Section(f"{kind}-headline", kind)
+    res = table([e for e in entries if not e.baseline], "results")
+    if res.empty or "strategy" not in res or "samples_per_s" not in res:
+        sec.missing.append(f"no {kind} results rows")
+        return sec
+    res = res[np.isfinite(num(res, "samples_per_s"))]
+    multi = res["_label"].nunique() > 1
+    if pipeline:
+        pp = res[res["strategy"] == "pp"]
+        if pp.empty:
+            sec.missing.append("no pipeline (pp) rows")
+            return sec
+        fig, axes = new_figure(5.0, 3.2)
+        ax = axes[0][0]
+        keys = [k for k in ("_label", "schedule") if k in pp and (k != "_label" or multi)]
+        for i, (key, g) in enumerate(pp.groupby(keys, sort=True)):
+            best = g.assign(_t=num(g, "samples_per_s")).groupby("chunks")["_t"].max()  # best over the other settings
+            ax.plot(best.index.to_numpy(dtype=float), best.to_numpy(dtype=float),
+                    label=" ".join(map(str, key if isinstance(key, tuple) else (key,))), **style(i))
+        chunk_axis(ax, pp["chunks"].dropna().unique())
+        _small_axes(ax, "chunks (micro-batches per step)", "samples/s", "pipeline throughput vs chunks (best per chunks)")
+        sec.images.append(save(fig, out_dir, f"headline_{kind}_throughput", f"{kind}: throughput vs chunks",
+                               "Line plot of the best pipeline throughput in samples per second at each chunk count, "
+                               "one line per schedule."))
+        top = pp.assign(_t=num(pp, "samples_per_s")).sort_values("_t", ascending=False)
+        top = top.drop_duplicates([k for k in ("_label", "schedule") if k in top]).head(4)
+        cols = {"schedule": "schedule", "stages": "stages", "chunks": "chunks", "checkpoint": "checkpoint",
+                "samples_per_s": "samples/s", "bubble_measured": "bubble", "bubble_gpipe_theory": "(p-1)/(m+p-1)"}
+        for c in ("stages", "checkpoint"):  # shown only where they vary (the details have every column)
+            if c in pp and pp[c].astype("string").nunique(dropna=False) < 2:
+                cols.pop(c)
+        t = top[[c for c in (["_label"] if multi else []) + list(cols) if c in top]].rename(columns={"_label": "run", **cols})
+        for c in ("samples/s",):
+            t[c] = num(t, c).round(1)
+        for c in ("bubble", "(p-1)/(m+p-1)"):
+            if c in t:
+                t[c] = [f"{v:.0%}" if np.isfinite(v) else "-" for v in num(t, c)]
+        sec.tables.append(("best configuration per schedule (bubble: idle / step wall, mean over ranks)", _html(t)))
+        return sec
+    label = res["strategy"].astype(str) + (" " + res["model"].astype(str) if res.get("model") is not None and
+                                           res["model"].nunique() > 1 else "")
+    if multi:
+        label = res["_label"].astype(str) + ": " + label
+    res = res.assign(_what=label.to_numpy())
+    best = res.loc[res.assign(_t=num(res, "samples_per_s")).groupby("_what")["_t"].idxmax()].sort_values("_what")
+    fig, axes = new_figure(5.0, 3.2)
+    ax = axes[0][0]
+    x = np.arange(len(best))
+    ax.bar(x, num(best, "samples_per_s"), color=[style(i)["color"] for i in range(len(best))])
+    ax.set_xticks(x)
+    ax.set_xticklabels(best["_what"], rotation=30 if len(best) > 4 else 0, ha="right" if len(best) > 4 else "center",
+                       fontsize=7)
+    _small_axes(ax, "", "samples/s", "training throughput per strategy")
+    sec.images.append(save(fig, out_dir, f"headline_{kind}_throughput", f"{kind}: throughput per strategy",
+                           "Bar chart of training throughput in samples per second for each strategy."))
+    mk = str(res["memory_kind"].dropna().iloc[0]) if "memory_kind" in res and res["memory_kind"].notna().any() else ""
+    t = pd.DataFrame({"strategy": best["_what"], "samples/s": num(best, "samples_per_s").round(1),
+                      "step (ms)": (num(best, "step_median_s") * 1e3).round(2),
+                      ("peak MiB (CUDA reserved)" if mk == "cuda" else "peak MiB (host RSS)"):
+                          (num(best, "peak_memory_bytes") / 2**20).round(1)})
+    t = t.sort_values("samples/s", ascending=False)
+    if len(t) > 6:  # a short table: the rest are in the details
+        sec.notes.append(f"{len(t) - 6} more in the {kind} section")
+        t = t.head(6)
+    sec.tables.append(("throughput and peak memory per strategy (its best case)", _html(t)))
     return sec
