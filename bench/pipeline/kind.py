@@ -7,6 +7,7 @@ import dataclasses
 from bench.errors import BenchError
 from bench.kind import KINDS, Kind, Reading, Report
 from bench.options import add_training_options, ints, overrides
+from bench.pipeline import plan_plots
 from bench.pipeline.config import PipelineConfig, expand_pipeline
 from bench.strategies.dims import arithmetic
 from bench.report.summaries import strategies_summary
@@ -80,13 +81,14 @@ def at_world(cfg: PipelineConfig, world: int) -> PipelineConfig:
 KIND = KINDS.register(Kind(
     module=__name__, name="pipeline", help="pipeline parallelism (torch.distributed.pipelining): chunks sweep, bubble",
     config=PipelineConfig, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
-                                   "microbatch_efficiency", "telemetry"),
+                                   "microbatch_efficiency", "telemetry", "plan_predictions"),
     add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
     after_units=efficiency, at_world=at_world, memory=memory_of(expand_pipeline),
     # runs stored before meta.json named the kind: a suite named pipeline* was a pipeline sweep
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule", settings=TRAIN_SETTINGS,
                  claims=lambda meta: not meta.get("kind") and str(meta.get("suite", "")).startswith("pipeline")),
-    report=Report(title="Pipeline", section=lambda entries, out: plots.section(entries, out, "pipeline", pipeline=True),
+    report=Report(title="Pipeline", section=lambda entries, out: plan_plots.add(
+                      plots.section(entries, out, "pipeline", pipeline=True), entries, out),
                   summary=strategies_summary, live=StrategiesLive,
                   headline=lambda entries, out: plots.headline(entries, out, "pipeline", pipeline=True)),
 ))

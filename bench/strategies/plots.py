@@ -168,7 +168,8 @@ def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
             names = ["idle"] + [a for a in actions if a != "idle"] + others
             labels = {"wait": "wait for peer (bubble)", "comm": "transfer (comm)", "bwd_input": "bwd input-grad (I)",
                       "bwd_weight": "bwd weight-grad (W)"}
-            handles = [plt.Rectangle((0, 0), 1, 1, color=ACTION_COLORS.get(k, "#8c564b")) for k in names]
+            handles = [plt.Rectangle((0, 0), 1, 1, facecolor=ACTION_COLORS.get(k, "#8c564b"),
+                                     hatch="///" if k == "wait" else None) for k in names]
             if not own.empty:
                 handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="black"))
                 names.append("own step span")
