@@ -162,7 +162,7 @@ def test_every_kind_takes_the_launchers_world_on_two_nodes_of_eight(name, monkey
 
 def test_pipeline_suite_at_a_launcher_world_it_cannot_fill_says_what_to_pass(monkeypatch):
     _torchrun_2x8(monkeypatch, 0)
-    with pytest.raises(BenchError, match="world 16 is not stages x tp of this suite .*pass --stages 16"):
+    with pytest.raises(BenchError, match=r"world 16 is not stages x tp of this suite: pp\(2\) = 2 != world\(16\); pass --stages 16"):
         cli.configure(KINDS.get("pipeline"), build_parser().parse_args(["pipeline"]))
 
 
