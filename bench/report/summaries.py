@@ -228,11 +228,11 @@ def _bubble_table(pp: list[dict]) -> list[str]:
     if not have:
         return []
     out = ["#", "# Bubble per schedule: measured | exact (timed workload) | measured - exact | theory (formula)"]
-    order = lambda r: (r["model"], r["world"], r["chunks"], r["schedule"], r["checkpoint"])  # noqa: E731
+    order = lambda r: (r["model"], r["world"], str(r.get("layout") or ""), r["chunks"], r["schedule"], r["checkpoint"])  # noqa: E731
     for r in sorted(have, key=order):
         ex = r.get("bubble_exact")
         diff = f"{(r['bubble_measured'] - ex) * 100:+5.1f} pp" if _finite(ex) else "     -  "
-        out.append(f"#   {r['model']:<10} p={r['world']:<2} m={r['chunks']:<3} {r['schedule']:<14} "
+        out.append(f"#   {r['model']:<10} {_layout(r)}p={_pp(r):<2} m={r['chunks']:<3} {r['schedule']:<14} "
                    f"measured {pct(r['bubble_measured']):>4}  exact {pct(ex) if _finite(ex) else '-':>4}  {diff}  "
                    f"theory {pct(r.get('bubble_theory')):>4} {r.get('bubble_theory_formula') or ''}")
     return out
