@@ -9,7 +9,7 @@ world (layout_dims); the `pipeline` kind takes any degrees (--stages, --tp, --dp
 from bench.strategies import pp
 from bench.strategies.base import REGISTRY, Ctx, Strategy, mean_loss_all_ranks
 from bench.strategies.ddp import DataParallelTrainer
-from bench.strategies.footprint import Footprint, layout_memory
+from bench.strategies.footprint import layout_memory
 from bench.strategies.layout import LAYOUTS, check_dims, describe, global_batch, layout_dims, minimum_world, parallelize
 from bench.workloads import Batches, build_model
 
