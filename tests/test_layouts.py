@@ -222,3 +222,11 @@ def test_3d_layout_at_world_8_through_the_cli(tmp_path):
     assert "OVERSUBSCRIBED" in r.stdout + r.stderr
     ranks = run["strategy_ranks"]
     assert len(ranks) == 16 and ranks["bubble"].notna().all()
+
+
+def test_make_passes_the_layout_degrees():
+    import subprocess
+
+    out = subprocess.run(["make", "-n", "bench-pipeline", "CHUNKS=1,4,8", "TP=2", "DP=2", "FSDP=2", "DEPS="],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    assert "--chunks 1,4,8" in out and "--tp 2 --dp 2 --fsdp 2" in out
