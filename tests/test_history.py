@@ -44,7 +44,7 @@ def make_repo(tmp: Path, commits: int = 7, slow_at: int | None = None, files=Non
     for name, text in (files or {}).items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
-    (repo / ".gitignore").write_text("results/\n")
+    (repo / ".gitignore").write_text("/results/\n")
     shas = []
     for i in range(commits):
         (repo / "log.txt").write_text(f"commit {i}\n")
@@ -271,7 +271,7 @@ def test_bisect_endpoint_measure_pairs_interleave_and_use_each_tree(tmp_path, mo
     calls = []
 
     def run(kind, suite, out, cwd=None, env=None, ok_codes=(0,)):
-        calls.append((Path(out).name, Path(suite) == Path(cwd) / "suites/tiny.toml", env["PYTHONPATH"] == str(cwd)))
+        calls.append(("good" if "distbench-ab-" in str(cwd) else "cand", Path(suite) == Path(cwd) / "suites/tiny.toml", env["PYTHONPATH"] == str(cwd)))
         return fake_run(kind, suite, out, cwd, env, ok_codes)
 
     with pytest.raises(Exception):  # no step command to run: stop after the endpoint measure
@@ -378,7 +378,7 @@ check = 1
 
 @pytest.mark.slow
 def test_bisect_real_launches_finds_the_committed_slowdown(tmp_path, monkeypatch, capsys):
-    """The throwaway repository holds this distbench (bench/) and a tiny suite; commit HEAD~5 adds a
+    """About 8 launches (1 pair for GOOD..BAD, then ~3 bisect steps). The throwaway repository holds this distbench (bench/) and a tiny suite; commit HEAD~5 adds a
     sitecustomize.py that sets DISTBENCH_TEST_SLOWDOWN=all_reduce=2 (each revision's tree is on
     PYTHONPATH, so its launches import it). The bisect must name that commit; `history` over the
     runs stored at each commit flags the step there."""
@@ -388,7 +388,7 @@ def test_bisect_real_launches_finds_the_committed_slowdown(tmp_path, monkeypatch
     shutil.copytree(ROOT / "bench", repo / "bench", ignore=shutil.ignore_patterns("__pycache__", "suites"))
     (repo / "suites").mkdir()
     (repo / "suites/tiny.toml").write_text(TINY)
-    (repo / ".gitignore").write_text("results/\n__pycache__/\n")
+    (repo / ".gitignore").write_text("/results/\n__pycache__/\n")
     _git(repo, "init", "-q", "-b", "main")
     shas = []
     for i in range(7):
@@ -402,7 +402,24 @@ def test_bisect_real_launches_finds_the_committed_slowdown(tmp_path, monkeypatch
     monkeypatch.chdir(repo)
     monkeypatch.delenv("DISTBENCH_TEST_SLOWDOWN", raising=False)
     before = repo_state(repo)
-    assert main(["bisect", "HEAD~6", "HEAD", "--suite", "suites/tiny.toml", "--group", "all_reduce", "--pairs", "1"]) == 0
+    kept = tmp_path / "kept"
+    assert main(["bisect", "HEAD~6", "HEAD", "--suite", "suites/tiny.toml", "--group", "all_reduce", "--pairs", "1",
+                 "--keep", str(kept)]) == 0
     out = capsys.readouterr().out
     assert f"first slower commit {shas[1]}" in out, out
     assert repo_state(repo) == before
+    # every launch was kept: history over them (GOOD, BAD and each tested commit) flags the step there
+    assert main(["history", "--root", str(kept), "--group", "all_reduce"]) == 0
+    out = capsys.readouterr().out
+    assert f"at {shas[1][:12]}" in out and "slower x" in out, out
+
+
+def test_report_gets_a_history_section_when_the_suite_has_several_runs(tmp_path):
+    from bench.report.html import build_report
+
+    dirs = gen.generate(tmp_path / "results", 8, machines=(2,))
+    html = build_report([dirs[-1]], tmp_path / "rep").read_text()
+    assert 'id="history"' in html and "history-smoke-all_reduce-cpu-amd-epyc-2c" in html
+    assert "slower x1.5" in html and "detection, not proof" in html
+    one = gen.generate(tmp_path / "single", 1)
+    assert 'id="history"' not in build_report(one, tmp_path / "rep1").read_text()

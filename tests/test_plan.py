@@ -162,7 +162,7 @@ def test_validate_prints_predicted_vs_measured_and_the_mape(tmp_path, capsys):
     (["plan", "{missing}"], "run directory '{missing}' does not exist"),
     (["plan", "{cal}", "--chunks", "4,x"], "chunks '4,x' is not a comma list of integers"),
     (["plan", "{cal}", "--schedules", "gpipe,zb"], "unknown schedule 'zb'"),
-    (["plan", "{cal}", "--validate", "{cal}"], "--validate runs are all calibration runs"),
+    (["plan", "{cal}", "--validate", "{cal}"], "--validate runs are all calibration runs or configurations"),
     (["plan", "{cal}", "--format", "csv"], "format 'csv' is not one of: table, json"),
     (["plan", "{empty}"], "has no pipeline cases"),
 ])
@@ -174,3 +174,42 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message.format(**paths) in err
+
+
+def test_validate_without_runs_measures_the_held_out_suite_first(tmp_path, capsys, monkeypatch):
+    """--validate alone launches `distbench pipeline --suite plan-validate --model <calibrated>`
+    and validates on the run it wrote (the launch is faked: it writes a held-out run)."""
+    from bench.pipeline import plan_cli
+
+    cal = stored(tmp_path, "cal", CAL)
+    calls = []
+
+    def launch(cmd):
+        calls.append(cmd)
+        out = tmp_path / "out" / "plan-validate"
+        out.mkdir(parents=True)
+        stored(out, "20261204T000000Z-held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+        return 0
+
+    monkeypatch.setattr(plan_cli.subprocess, "call", launch)
+    assert main(["plan", str(cal), "--validate", "--out", str(tmp_path / "out")]) == 0
+    assert calls[0][2:5] == ["bench", "pipeline", "--suite"] and calls[0][-4:] == ["--model", "mlp-pipe", "--out",
+                                                                                 str(tmp_path / "out")]
+    out = capsys.readouterr().out
+    assert "validation: model predictions vs measured, 1 held-out case(s)" in out
+    assert "step time MAPE 0.0%" in out
+
+
+def test_validation_is_stored_in_the_run_and_drawn_in_its_report(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held)]) == 0
+    got = pd.read_parquet(held / "plan_predictions.parquet")
+    assert got["role"].tolist()[0] == "validation" and got["case_id"].tolist()[0] == "1f1b.m4"
+    rec = got[got["role"] == "recommended"]
+    assert rec["rank"].tolist() == list(range(1, len(rec) + 1)) and rec["why"].iloc[0].startswith("why pp2")
+    assert set(got["calibration_runs"]) == {"cal"}
+    assert main(["report", str(held), "-o", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "pipeline_plan_predicted_vs_measured.png").exists()
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "planner recommendation (model predictions, best first)" in html

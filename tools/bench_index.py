@@ -56,7 +56,10 @@ def write_run(root: Path, run_id: str, sha: str, start: datetime, times: dict, c
     d = Path(root) / suite / run_id
     rows = [{"run_id": run_id, "suite": suite, "kind": "collectives", "case_id": cid, "world": 2, "collective": coll,
              "size_bytes": size, "placement": "in-place", "time_median_s": t, "time_p25_s": t * 0.98,
-             "time_p75_s": t * 1.02, "busbw_gbps": size / t / 1e9, "wrong": 0}
+             "time_p75_s": t * 1.02, "busbw_gbps": size / t / 1e9, "algbw_gbps": size / t / 1e9, "bus_factor": 1.0,
+             "count": size // 4, "dtype": "float32", "op": "sum" if coll == "all_reduce" else "none",
+             "root": -1 if coll == "all_reduce" else 0, "mode": "latency", "rank_reduce": "max", "backend": "gloo",
+             "nodes": 1, "device_type": "cpu", "noisy": False, "samples": 10, "iters": 10, "checks": 1, "wrong": 0}
             for coll, cid in CASES for size in SIZES for t in [times[(coll, size)]]]
     write_parquet(pd.DataFrame(rows), d / "results.parquet")
     write_json(meta(run_id, sha, start, cores, suite), d / "meta.json")

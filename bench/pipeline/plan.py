@@ -49,6 +49,8 @@ class Observation:
     peak_bytes: dict = field(default_factory=dict)  # rank -> peak bytes (CPU: RSS; CUDA: allocated)
     case_id: str = ""
     run_id: str = ""
+    run_dir: str = ""
+    bubble: float = float("nan")  # measured mean bubble, where the run has it
 
 
 def model_stages(schedule: str, ranks: int) -> int:
@@ -83,6 +85,7 @@ class Calibration:
     bytes_per_inflight_sample: float
     micro_batches: tuple[int, int]  # calibrated range (min, max)
     ranks: tuple[int, ...]  # pipeline ranks of the calibration cases
+    configs: frozenset = frozenset()  # (ranks, schedule, chunks, micro-batch) measured for calibration
     runs: tuple[str, ...]
     cases: int
 
@@ -154,6 +157,7 @@ def fit(obs: list[Observation], order_of) -> Calibration:
     return Calibration(model=models[0], costs=costs, overhead_s=float(np.median(per_action)), base_bytes=base,
                        bytes_per_inflight_sample=q, micro_batches=(min(mbs), max(mbs)),
                        ranks=tuple(sorted({o.stages for o in obs})),
+                       configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch) for o in obs),
                        runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs))
 
 

@@ -5,12 +5,17 @@ prints is a prediction and says so)."""
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
-from bench.results.store import load_run
+from bench.results.schema import conform
+from bench.results.store import latest_run, load_run, write_parquet
+from bench.suite import resolve_suite, tomllib
 from bench.strategies import schedules as scheds
 from bench.units import parse_size
 
@@ -44,7 +49,9 @@ def observations(run_dirs) -> list[pl.Observation]:
             out.append(pl.Observation(model=str(row["model"]), stages=int(row["world"]), schedule=str(row["schedule"]),
                                       chunks=int(row["chunks"]), micro_batch=int(row["micro_batch"]),
                                       step_s=float(row["step_median_s"]), stage_s=stage_s, peak_bytes=peaks,
-                                      case_id=str(row["case_id"]), run_id=str(row["run_id"])))
+                                      case_id=str(row["case_id"]), run_id=str(row["run_id"]), run_dir=str(d),
+                                      bubble=float(row["bubble_measured"]) if "bubble_measured" in res.columns
+                                      and pd.notna(row["bubble_measured"]) else float("nan")))
     return out
 
 
@@ -57,8 +64,12 @@ def add_parser(sub):
     p.add_argument("--batch", type=int, default=None, help="mini-batch (default: the calibration runs')")
     p.add_argument("--memory-limit", default=None, help="per-rank memory limit, e.g. 2G: candidates above are dropped")
     p.add_argument("--top", type=int, default=5, help="how many recommendations to print")
-    p.add_argument("--validate", nargs="+", default=None, metavar="RUN_DIR",
-                   help="measured runs not used for calibration: print predicted vs measured and the MAPE")
+    p.add_argument("--validate", nargs="*", default=None, metavar="RUN_DIR",
+                   help="print predicted vs measured and the MAPE on runs not used for calibration; with no "
+                        "RUN_DIR it measures them first (--validate-suite, same model, under --out)")
+    p.add_argument("--validate-suite", default="plan-validate",
+                   help="the suite --validate runs when given no runs (default: plan-validate)")
+    p.add_argument("--out", default="results", help="results root for the validation launch (default results/)")
     p.add_argument("--format", default="table", help="table | json")
     p.set_defaults(func=cmd_plan)
 
@@ -102,8 +113,8 @@ def cmd_plan(args) -> int:
     limit = parse_size(args.memory_limit) if args.memory_limit else None
     obs = observations(args.runs)
     cal = pl.fit(obs, pl.torch_order)
-    if args.validate:
-        return _validate(cal, observations(args.validate), args.format)
+    if args.validate is not None:
+        return _validate(cal, observations(args.validate or [_measure(args, cal)]), args.format)
     batch = args.batch or max(o.chunks * o.micro_batch for o in obs)
     stages = _ints(args.stages, "stages") if args.stages else list(cal.ranks)
     names = [scheds.canonical(s) for s in args.schedules.split(",")] if args.schedules else list(scheds.SCHEDULES)
@@ -157,20 +168,66 @@ def _as_dict(p: pl.Prediction) -> dict:
             "predicted_peak_bytes": p.peak_bytes, "extrapolated": p.extrapolated}
 
 
+def _measure(args, cal: pl.Calibration) -> Path:
+    """Run the validation suite with the calibrated model (`distbench pipeline`, a launch of its
+    own, its output shown as it runs); returns the new run directory."""
+    suite = resolve_suite(args.validate_suite, "pipeline")
+    name = tomllib.loads(suite.read_text()).get("name", suite.stem)
+    before = latest_run(args.out, name)
+    cmd = [sys.executable, "-m", "bench", "pipeline", "--suite", str(suite), "--model", cal.model, "--out", args.out]
+    print(f"plan: measuring the held-out cases: {' '.join(cmd[1:])}", flush=True)
+    rc = subprocess.call(cmd)
+    after = latest_run(args.out, name)
+    if rc != 0 or after is None or after == before:
+        raise BenchError(f"the validation launch ({' '.join(cmd[2:])}) failed with exit code {rc}; nothing to validate")
+    return after
+
+
+def _store(cal: pl.Calibration, held: list[pl.Observation], rows: list[dict]):
+    """Into each validated run: its cases' predictions beside the measurements, and the ranked
+    recommendation for its mini-batch, as table plan_predictions (the report draws them; a later
+    plan replaces them)."""
+    for d in sorted({o.run_dir for o in held}, key=str):
+        mine = [o for o in held if o.run_dir == d]
+        run_id, batch = mine[0].run_id, max(o.chunks * o.micro_batch for o in mine)
+        cands, _ = candidates(cal, sorted({o.stages for o in mine}), list(scheds.SCHEDULES),
+                              sorted({o.chunks for o in mine} | {1, 2, 4, 8, 16}), batch)
+        best, _ = pl.recommend([pl.predict(cal, c, pl.torch_order) for c in cands])
+        ids = {o.case_id for o in mine}
+        out = [{**{k: v for k, v in r.items() if k not in ("step_error", "peak_error")}, "role": "validation", "rank": 0}
+               for r in rows if r["case_id"] in ids]
+        for i, p in enumerate(best[:5], 1):
+            out.append({"run_id": run_id, "case_id": "", "role": "recommended", "rank": i, **_as_dict(p),
+                        "candidate": p.candidate.label, "why": why(p, best) if i == 1 else ""})
+        for r in out:
+            r["calibration_runs"] = ",".join(cal.runs)
+        write_parquet(conform(pd.DataFrame(out), "plan_predictions"), Path(d) / "plan_predictions.parquet")
+
+
+def _config(o) -> tuple:
+    return (o.stages, o.schedule, o.chunks, o.micro_batch)
+
+
 def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
-    used = set(cal.runs)
-    held = [o for o in held if o.run_id not in used]
+    """Held-out cases only: a case of a calibration run, or a configuration (ranks, schedule,
+    chunks, micro-batch) the calibration measured, is left out and counted."""
+    given = len(held)
+    held = [o for o in held if o.run_id not in cal.runs and _config(o) not in cal.configs]
     if not held:
-        raise BenchError("--validate runs are all calibration runs; pass measured runs the model was not fitted on")
+        raise BenchError("--validate runs are all calibration runs or configurations; pass measured runs of "
+                         "configurations the model was not fitted on")
     rows = []
     for o in held:
         p = pl.predict(cal, pl.Candidate(stages=o.stages, schedule=o.schedule, chunks=o.chunks,
                                          micro_batch=o.micro_batch), pl.torch_order)
         peak = max(o.peak_bytes.values()) if o.peak_bytes else float("nan")
-        rows.append({"case_id": o.case_id, "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
-                     "step_error": p.step_s / o.step_s - 1, "predicted_peak_bytes": p.peak_bytes,
-                     "measured_peak_bytes": peak, "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"),
-                     "extrapolated": p.extrapolated})
+        rows.append({"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages,
+                     "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
+                     "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
+                     "step_error": p.step_s / o.step_s - 1, "predicted_bubble": p.bubble, "measured_bubble": o.bubble,
+                     "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": peak,
+                     "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated})
+    _store(cal, held, rows)
     step_mape = pl.mape((r["predicted_step_s"], r["measured_step_s"]) for r in rows)
     mem_mape = pl.mape((r["predicted_peak_bytes"], r["measured_peak_bytes"]) for r in rows
                        if not math.isnan(r["measured_peak_bytes"]))
@@ -178,7 +235,8 @@ def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
         print(json.dumps({"prediction": True, "cases": rows, "step_mape_pct": step_mape, "peak_mape_pct": mem_mape},
                          indent=1))
         return 0
-    print(f"validation: model predictions vs measured, {len(rows)} held-out case(s)")
+    print(f"validation: model predictions vs measured, {len(rows)} held-out case(s)"
+          + (f" ({given - len(rows)} left out: calibration runs or configurations)" if given > len(rows) else ""))
     print(f"{'case':<48} {'pred ms':>9} {'meas ms':>9} {'err':>7} {'pred peak':>10} {'meas peak':>10}")
     for r in rows:
         print(f"{r['case_id'][:48]:<48} {r['predicted_step_s'] * 1e3:>9.2f} {r['measured_step_s'] * 1e3:>9.2f} "

@@ -183,7 +183,7 @@ def add_index_filters(r):
 
 def cmd_runs(args) -> int:
     from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
-    from bench.results import index as ix
+    from bench.results import index as ix  # lazy: the index loads duckdb; not at CLI start-up
 
     kind = None
     if args.kind is not None:

@@ -35,15 +35,19 @@ from typing import Callable
 
 import pandas as pd
 
+import bench
 from bench.errors import BenchError
 from bench.results import ab
 from bench.results import baseline as bl
 from bench.results import index as ix
+from bench.results.compare import normalize_kind, reading
+from bench.results.history import Target, _geomean, _match
 from bench.results.store import load_run
 
 DEFAULT_PAIRS = 3
 DEFAULT_MIN_RATIO = 1.10
 GOOD, BAD, SKIP = 0, 1, 125
+STEP_COMMAND = "bisect-step"  # `distbench bisect-step SPEC`: what git bisect run calls (bench.results.history_cli)
 
 
 @dataclass
@@ -90,9 +94,6 @@ class Found:
 
 def _value(rows: pd.DataFrame, target) -> dict:
     """{run_id: geometric mean of the target's metric} (the metric: the kind's first gated one)."""
-    from bench.results.history import _match
-    from bench.results.compare import normalize_kind, reading
-
     rows = rows.assign(kind=rows["kind"].map(normalize_kind))
     hit, kind = _match(rows, target)
     metric = reading(kind).gated()[0].column
@@ -102,8 +103,6 @@ def _value(rows: pd.DataFrame, target) -> dict:
         k = set(map(tuple, g[keys].astype(str).values))
         common = k if common is None else common & k
     hit = hit[[tuple(x) in common for x in hit[keys].astype(str).values]]
-    from bench.results.history import _geomean
-
     return {str(r): _geomean(g[metric]) for r, g in hit.groupby("run_id")}
 
 
@@ -120,7 +119,7 @@ def measure(kind: str, suite_rel: Path | None, suite_abs: Path, good_tree: Path,
         for arm in (("good", "cand") if p % 2 == 0 else ("cand", "good")):
             log(f"# bisect {sha[:12]}: pair {p + 1}/{pairs}: {'GOOD' if arm == 'good' else 'this commit'}")
             tree = good_tree if arm == "good" else cand_tree
-            d = run(kind, suite_in(tree), out / arm, cwd=tree, env=ab.arm_env(tree), ok_codes=(0, 1))
+            d = run(kind, suite_in(tree), out, cwd=tree, env=ab.arm_env(tree), ok_codes=(0, 1))
             (a if arm == "good" else b).append(load_run(d))
     rows = pd.concat([r["results"] for r in a + b], ignore_index=True)
     values = _value(rows, target)
@@ -189,8 +188,10 @@ def _run_group(cmd, cwd, env, log_path: Path) -> int:
 
 
 def bisect(good: str, bad: str, suite, target, *, pairs: int = DEFAULT_PAIRS, min_ratio: float = DEFAULT_MIN_RATIO,
-           log=print, run: Callable | None = None, step_cmd: list[str] | None = None, repo=".") -> Found:
-    """Find the first commit in GOOD..BAD where the target is slower (module docstring)."""
+           log=print, run: Callable | None = None, step_cmd: list[str] | None = None, repo=".", keep=None) -> Found:
+    """Find the first commit in GOOD..BAD where the target is slower (module docstring). keep: a
+    results root that keeps every launch's run (`distbench history --root KEEP` then shows them);
+    default: a temporary directory, removed."""
     try:
         top = Path(ix.git("rev-parse", "--show-toplevel", cwd=repo))
     except BenchError:
@@ -208,7 +209,8 @@ def bisect(good: str, bad: str, suite, target, *, pairs: int = DEFAULT_PAIRS, mi
             with ab.worktree(g, repo=top) as (good_tree, _):
                 ix.git("worktree", "add", "--detach", "--force", str(tree), b, cwd=top)
                 log(f"# bisect: measuring BAD {b[:12]} against GOOD {g[:12]} ({pairs} pair(s))")
-                end = measure(kind, suite_rel, suite_abs, good_tree, tree, b, pairs, tmp / "runs" / "bad", target,
+                runs = Path(keep).resolve() if keep else tmp / "runs"
+                end = measure(kind, suite_rel, suite_abs, good_tree, tree, b, pairs, runs, target,
                               run=run, log=log)
                 if end.ratio < min_ratio:
                     raise BenchError(f"BAD {bad} ({b[:12]}) measured x{end.ratio:.3f} against GOOD {good} for "
@@ -218,13 +220,13 @@ def bisect(good: str, bad: str, suite, target, *, pairs: int = DEFAULT_PAIRS, mi
                 spec = {"good_tree": str(good_tree), "suite_rel": str(suite_rel) if suite_rel else None,
                         "suite_abs": str(suite_abs), "kind": kind, "pairs": pairs, "threshold": threshold,
                         "case": target.case, "group": target.group, "size_bytes": target.size_bytes,
-                        "out": str(tmp / "runs"), "log": str(tmp / "steps.jsonl")}
+                        "out": str(runs), "log": str(tmp / "steps.jsonl")}
                 (tmp / "spec.json").write_text(json.dumps(spec))
                 ix.git("bisect", "start", b, g, cwd=tree)
                 started = True
                 code = _bench_code_dir()
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")]))}
-                cmd = [*(step_cmd or [sys.executable, "-m", "bench.results.bisect"]), str(tmp / "spec.json")]
+                cmd = [*(step_cmd or [sys.executable, "-m", "bench", STEP_COMMAND]), str(tmp / "spec.json")]
                 rc = _run_group(["git", "bisect", "run", *cmd], tree, env, tmp / "bisect.log")
                 text = (tmp / "bisect.log").read_text()
                 if rc != 0 or "is the first bad commit" not in text:
@@ -249,8 +251,6 @@ def bisect(good: str, bad: str, suite, target, *, pairs: int = DEFAULT_PAIRS, mi
 
 def _bench_code_dir() -> str:
     """The directory this distbench is imported from (the step runs this code, not the commit's)."""
-    import bench
-
     return str(Path(bench.__file__).resolve().parent.parent)
 
 
@@ -259,8 +259,6 @@ def _bench_code_dir() -> str:
 
 
 def step(spec_path) -> int:
-    from bench.results.history import Target
-
     spec = json.loads(Path(spec_path).read_text())
     tree = Path.cwd()
     sha = ix.git("rev-parse", "HEAD", cwd=tree)
@@ -268,7 +266,7 @@ def step(spec_path) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         m = measure(spec["kind"], Path(spec["suite_rel"]) if spec["suite_rel"] else None, Path(spec["suite_abs"]),
-                    Path(spec["good_tree"]), tree, sha, spec["pairs"], Path(spec["out"]) / sha[:12], target, log=log)
+                    Path(spec["good_tree"]), tree, sha, spec["pairs"], Path(spec["out"]), target, log=log)
     except BenchError as e:
         log(f"# bisect {sha[:12]}: skipped ({e})")
         return SKIP
@@ -280,16 +278,11 @@ def step(spec_path) -> int:
     return BAD if verdict == "bad" else GOOD
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    import bench.kinds  # noqa: F401  (registers every kind, as every entry point does)
-
+def main(spec_path) -> int:
+    """One step, as git bisect run needs it: an internal error is no verdict on the commit, so it
+    stops the bisect (git: an exit code above 127)."""
     try:
-        return step(argv[0])
-    except Exception as e:  # noqa: BLE001 - not a verdict on the commit: stop the bisect (git: exit > 127)
+        return step(spec_path)
+    except Exception as e:  # noqa: BLE001 - reported in one line; the bisect stops
         print(f"# bisect step failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 128
-
-
-if __name__ == "__main__":
-    sys.exit(main())

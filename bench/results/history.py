@@ -37,6 +37,7 @@ import pandas as pd
 from bench.errors import BenchError, unknown
 from bench.results import index as ix
 from bench.results.compare import Rules, group_label, normalize_kind, reading
+from bench.results.fingerprint import Fingerprint
 from bench.units import parse_size
 
 DEFAULT_THRESHOLD = Rules.tolerance  # the gate's tolerance: a smaller step is not flagged
@@ -186,10 +187,7 @@ def baseline_generations(root) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     for hist in sorted((Path(root) / "baselines").glob("*/history.parquet")):
         try:
-            slug = json.loads((hist.parent / "meta.json").read_text())["fingerprint"]
-            from bench.results.fingerprint import Fingerprint
-
-            slug = Fingerprint.from_dict(slug).slug()
+            slug = Fingerprint.from_dict(json.loads((hist.parent / "meta.json").read_text())["fingerprint"]).slug()
             df = ix.scan([hist], "DISTINCT run_id, generation")
         except (OSError, ValueError, KeyError, TypeError):
             continue

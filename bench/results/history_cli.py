@@ -40,7 +40,13 @@ def add_parser(sub):
     b.add_argument("--pairs", type=int, default=None, help="A/B launch pairs per step (default 3)")
     b.add_argument("--min-ratio", type=float, default=None,
                    help="BAD must measure at least this much slower than GOOD to bisect (default 1.10)")
+    b.add_argument("--keep", default=None, metavar="DIR",
+                   help="keep every launch's run under this results root (then `distbench history --root DIR`)")
     b.set_defaults(func=cmd_bisect)
+
+    s = sub.add_parser("bisect-step", help="internal: one step of `distbench bisect` (git bisect run calls it)")
+    s.add_argument("spec", metavar="SPEC", help="the step's JSON spec, written by `distbench bisect`")
+    s.set_defaults(func=cmd_bisect_step)
 
 
 def _format(fmt: str) -> str:
@@ -50,7 +56,7 @@ def _format(fmt: str) -> str:
 
 
 def cmd_history(args) -> int:
-    from bench.results import history as hs
+    from bench.results import history as hs  # lazy: duckdb and asv only when asked
 
     fmt = _format(args.format)
     target = hs.Target.parse(args.case, args.group)
@@ -69,13 +75,21 @@ def cmd_history(args) -> int:
 
 
 def cmd_bisect(args) -> int:
-    from bench.results import bisect as bs
-    from bench.results import history as hs
+    from bench.results import bisect as bs  # lazy: duckdb only when asked
+    from bench.results import history as hs  # lazy: duckdb and asv only when asked
 
     target = hs.Target.parse(args.case, args.group)
     pairs = bs.DEFAULT_PAIRS if args.pairs is None else args.pairs
     min_ratio = bs.DEFAULT_MIN_RATIO if args.min_ratio is None else args.min_ratio
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    found = bs.bisect(args.good, args.bad, args.suite, target, pairs=pairs, min_ratio=min_ratio, log=log)
+    if args.keep and Path(args.keep).exists() and not Path(args.keep).is_dir():
+        raise BenchError(f"--keep '{args.keep}' is a file; give a directory (a results root)")
+    found = bs.bisect(args.good, args.bad, args.suite, target, pairs=pairs, min_ratio=min_ratio, log=log, keep=args.keep)
     sys.stdout.write(found.to_text())
     return 0
+
+
+def cmd_bisect_step(args) -> int:
+    from bench.results import bisect as bs  # lazy: duckdb only when asked
+
+    return bs.main(args.spec)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.report import runs as runs_mod  # the kind and state rules of `distbench show`
 from bench.results import fingerprint as fp
 from bench.results.store import list_runs
 
@@ -72,8 +73,6 @@ def _counts(dirs: list[Path]) -> dict[str, tuple[int, int, list[str]]]:
 
 
 def _row(path: Path, meta: dict, counts) -> dict:
-    from bench.report import runs as runs_mod  # kind and state rules live with `distbench show`
-
     rows, cases, kinds = counts
     launches = [la for la in (meta.get("launches") or {}).values() if isinstance(la, dict)]
     planned = sum(int(la.get("cases") or 0) for la in launches)
@@ -102,8 +101,6 @@ class Index:
 
 def build(root) -> Index:
     """The index of every run under root (a missing root: BenchError)."""
-    from bench.report import runs as runs_mod
-
     root = Path(root)
     if not root.is_dir():
         raise BenchError(f"results root '{root}' does not exist; give --root DIR (where benchmarks wrote --out)")
