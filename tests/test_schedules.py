@@ -87,6 +87,9 @@ def test_names_and_aliases():
         S.canonical("zbvv")
     cfg = PipelineConfig(model="mlp-tiny", schedules=("ZBVZeroBubble", "gpipe"), chunks=(4,), batch=8)
     assert cfg.schedules == ("zbv", "gpipe")
+    from bench.strategies.config import StrategiesConfig
+
+    assert StrategiesConfig(strategies=("pp",), schedule="DualPipeV").schedule == "dualpipev"
 
 
 def test_a_schedule_the_installed_torch_lacks_is_refused(monkeypatch):

@@ -1,4 +1,4 @@
-"""The `pipeline` kind: torch.distributed.pipelining (GPipe, 1F1B, interleaved) swept over
+"""The `pipeline` kind: torch.distributed.pipelining (every schedule it ships) swept over
 micro-batch counts, with the bubble measured beside the GPipe and Megatron formulas and a
 calibrated replay; one unit per case, then (once) the one-process micro-batch efficiency curve."""
 
@@ -15,13 +15,15 @@ from bench.report.terminal import StrategiesLive
 from bench.strategies import plots
 from bench.strategies.measure import efficiency_curve, measure
 from bench.strategies.memory import memory_of
+from bench.strategies.schedules import SCHEDULES
 from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
 
 
 def add_options(p):
     add_training_options(p)
     p.add_argument("--chunks", default=None, help="micro-batches per mini-batch, comma list, e.g. 1,4,8")
-    p.add_argument("--schedule", "--schedules", dest="schedules", default=None, help="gpipe,1f1b,interleaved")
+    p.add_argument("--schedule", "--schedules", dest="schedules", default=None,
+                   help="comma list of " + ",".join(SCHEDULES) + " (torch's names too, e.g. ZBVZeroBubble)")
     p.add_argument("--stages", default=None, help="pipeline ranks, comma list")
     p.add_argument("--checkpoint", default=None, help="always,except_last,never")
     p.add_argument("--micro-batch", dest="micro_batch", default=None,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from bench.errors import BenchError
 from bench.strategies import REGISTRY
 from bench.strategies.dims import ParallelDims
+from bench.strategies.schedules import canonical
 from bench.suite import RunConfig, at_least
 from bench.workloads.models import get_spec
 
@@ -87,6 +88,7 @@ class StrategiesConfig(RunConfig):
     def __post_init__(self):
         super().__post_init__()
         REGISTRY.select(self.strategies)  # unknown names fail with a did-you-mean
+        object.__setattr__(self, "schedule", canonical(self.schedule))  # ours or torch's name -> ours
         for m in self.models:
             get_spec(m)
         at_least("world size", self.world)
