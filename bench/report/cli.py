@@ -42,6 +42,7 @@ def add_parser(sub):
     r = sub.add_parser("runs", help="list stored runs: kind, start, state, cases done/planned, rows, command")
     r.add_argument("--kind", default=None, help="only this kind: collectives | allreduce | pipeline | strategies")
     r.add_argument("--root", default=DEFAULT_ROOT, help="results root (default results/)")
+    add_index_filters(r)
     r.set_defaults(func=cmd_runs)
 
 
@@ -169,8 +170,20 @@ def cmd_show(args) -> int:
 
 # ----------------------------------------------------------------------------- runs
 
+def add_index_filters(r):
+    """`distbench runs` filters over the run index (bench.results.index)."""
+    r.add_argument("--suite", default=None, help="only runs of this suite")
+    r.add_argument("--fingerprint", default=None, help="only this machine class (its slug, or a part of it)")
+    r.add_argument("--commits", default=None, metavar="A..B|REV",
+                   help="only runs of these commits: git rev-list A..B, or one revision")
+    r.add_argument("--since", default=None, metavar="DATE", help="only runs started on or after (YYYY-MM-DD or ISO time)")
+    r.add_argument("--until", default=None, metavar="DATE", help="only runs started before the end of (YYYY-MM-DD) or before")
+    r.add_argument("--format", default="table", help="table | json | csv")
+
+
 def cmd_runs(args) -> int:
     from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
+    from bench.results import index as ix  # lazy: the index loads duckdb; not at CLI start-up
 
     kind = None
     if args.kind is not None:
@@ -181,17 +194,30 @@ def cmd_runs(args) -> int:
         raise BenchError(f"results root '{args.root}' is a file, not a directory; give --root DIR")
     if not Path(args.root).is_dir():
         raise BenchError(f"results root '{args.root}' does not exist; give --root DIR (where benchmarks wrote --out)")
-    rows = [runs_mod.summarize(p) for p in runs_mod.find_runs(args.root)]
-    rows = [r for r in rows if kind is None or r["kind"] == kind]
-    if not rows:
-        print(f"# no runs{' of kind ' + kind if kind else ''} under {args.root}")
+    fmt = str(args.format).lower()
+    if fmt not in ("table", "json", "csv"):
+        raise unknown("format", args.format, ("table", "json", "csv"))
+    idx = ix.build(args.root)
+    rows = ix.select(idx.runs, kind=kind, suite=args.suite, fingerprint=args.fingerprint, commits=args.commits,
+                     since=args.since, until=args.until)
+    if fmt == "json":
+        sys.stdout.write(ix.to_json(rows))
         return 0
-    print(f"{'kind':<12} {'start (UTC)':<26} {'state':<12} {'cases':>9} {'rows':>7}  run dir / command")
-    for r in rows:
-        planned = r["cases_planned"] if r["cases_planned"] is not None else "?"
-        state = r["state"]
-        print(f"{r['kind']:<12} {r['start'] or '?':<26} {state:<12} {str(r['cases_done']) + '/' + str(planned):>9} "
-              f"{r['rows']:>7}  {r['dir']}")
-        print(f"{'':<12} {'':<26} {'':<12} {'':>9} {'':>7}  $ {r['command']}"
-              + (f"   [{r['why']}]" if r["why"] else ""))
+    if fmt == "csv":
+        sys.stdout.write(to_csv(rows))
+        return 0
+    if rows.empty:
+        print(f"# no runs{' of kind ' + kind if kind else ''} under {args.root} (of {len(idx.runs)} indexed)")
+        return 0
+    print(f"{'kind':<12} {'start (UTC)':<26} {'state':<12} {'cases':>9} {'rows':>7}  {'commit':<13} fingerprint")
+    for r in rows.to_dict("records"):
+        planned = r["cases_planned"] if r["cases_planned"] is not None and r["cases_planned"] == r["cases_planned"] else "?"
+        if isinstance(planned, float):
+            planned = int(planned)
+        sha = (r["git_sha"][:12] if r["git_sha"] else "?") + ("+" if r["git_dirty"] is True else "")
+        print(f"{r['kind']:<12} {r['start'] or '?':<26} {r['state']:<12} {str(r['cases_done']) + '/' + str(planned):>9} "
+              f"{r['rows']:>7}  {sha:<13} {r['fingerprint']}")
+        print(f"{'':<12} {r['dir']}")
+        print(f"{'':<12} $ {r['command']}" + (f"   [{r['why']}]" if r["why"] else ""))
+    print(f"# {len(rows)} of {len(idx.runs)} run(s) under {args.root}")
     return 0

@@ -18,6 +18,7 @@ from bench.report import runs as runs_mod
 from bench.kind import KINDS
 from bench.report.plots import telemetry
 from bench.report.plots.common import Section
+from bench.report.plots.history import history_section
 from bench.report.plots.data import Entry
 from bench.results.store import load_run
 
@@ -222,6 +223,9 @@ def build_report(run_dirs, out_dir, baseline_dirs=(), title: str | None = None) 
                 head.id = f"{sections[-1].id}-headline"  # the card links to the kind's details
                 headlines.append(head)
     sections.append(telemetry.section(entries, out_dir))
+    hist = history_section(entries, out_dir)
+    if hist is not None:
+        sections.append(hist)
     if bdirs:
         pairs = [(b, c) for c in entries if not c.baseline for b in entries
                  if b.baseline and kinds[id(b)] == kinds[id(c)]]

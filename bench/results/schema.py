@@ -251,13 +251,20 @@ STRATEGY = {
     "params": "int64",
     "devices": "int64",  # devices the case used in all (world x devices per process)
     "chunks": "int64",  # micro-batches per mini-batch (pipeline; 1 elsewhere)
-    "schedule": "string",  # gpipe | 1f1b | interleaved; "" when not a pipeline
+    "schedule": "string",  # gpipe | 1f1b | interleaved | looped_bfs | interleaved_zb | zbv | dualpipev; "" when not a pipeline
+    "stage_placement": "string",  # pipeline: loop (rank r holds r, r+p, ...) | v (r and 2p-1-r)
     "checkpoint": "string",  # always | except_last | never (torchgpipe's modes)
     "batch": "int64",  # global mini-batch, samples
     "micro_batch": "int64",  # samples per micro-batch
     "sweep_mode": "string",  # mini-batch (fixed mini-batch split into chunks) | micro-batch (fixed micro-batch)
     "balance": "string",  # blocks per stage, "" = even
     "bucket_cap_mb": "float64",  # ddp only
+    "layout": "string",  # the mesh's degrees outermost first, e.g. pp2.dp2.tp2 (bench.strategies.dims)
+    "pp_degree": "int64",  # pipeline ranks of the mesh
+    "dp_degree": "int64",  # DDP replicas (mesh dimension dp_replicate)
+    "fsdp_degree": "int64",  # FSDP2 shards (mesh dimension dp_shard)
+    "tp_degree": "int64",  # tensor-parallel degree
+    "comm_share": "float64",  # (exposed_comm_s + exposed_comm_est_s where known) / step_median_s
     "stages": "int64",  # pipeline stages in all (ranks x stages per rank)
     "steps": "int64",  # timed steps
     "step_median_s": "float64",  # step wall: earliest start to latest end over ranks
@@ -276,7 +283,9 @@ STRATEGY = {
     "tokens_per_s": "float64",  # transformer only
     "tokens_per_s_per_device": "float64",
     "fwd_s": "float64",  # mean over ranks of the median per-step forward compute
-    "bwd_s": "float64",  # backward compute without recompute
+    "bwd_s": "float64",  # backward compute without recompute (full, or input + weight gradient)
+    "bwd_input_s": "float64",  # zero-bubble schedules: the input-gradient actions (I), recompute included
+    "bwd_weight_s": "float64",  # zero-bubble schedules: the weight-gradient actions (W)
     "recompute_s": "float64",  # checkpoint recompute inside backward
     "compute_s": "float64",
     "exposed_comm_s": "float64",  # blocked in comm waits while no other rank computed
@@ -296,20 +305,29 @@ STRATEGY = {
     "nocompute_frac": "float64",  # mean over ranks of 1 - compute / step wall
     "bubble_gpipe_theory": "float64",  # (p-1)/(m+p-1); (p-1)/(v m+p-1) interleaved
     "bubble_megatron_theory": "float64",  # (p-1)/(v m)
+    "bubble_theory": "float64",  # the schedule's own formula (bench.strategies.schedules), as a fraction of the step
+    "bubble_theory_formula": "string",  # which formula, with its source
+    "bubble_exact": "float64",  # timed workload: the schedule's order replayed with the known action times; null elsewhere
+    "exact_step_s": "float64",  # timed workload: the step that replay takes
     "replay_step_s": "float64",
     "replay_bubble": "float64",  # replay with measured per-stage times: schedule + imbalance
     "replay_schedule_bubble": "float64",  # replay with balanced times: the schedule alone
     "replay_imbalance": "float64",  # replay_bubble - replay_schedule_bubble
     "comm_overhead_frac": "float64",  # nocompute_frac - replay_bubble
     "stage_fwd_s": "string",  # per-stage median forward per micro-batch, ms, comma list
-    "stage_bwd_s": "string",
+    "stage_bwd_s": "string",  # full backward (B), or input + weight gradient under split-backward schedules
+    "stage_bwd_input_s": "string",  # split-backward schedules: per-stage median input-gradient action (I), ms
+    "stage_bwd_weight_s": "string",  # and weight-gradient action (W), ms
 }
 
 STRATEGY_RANKS = {
     "run_id": "string", "case_id": "string", "rank": "int64", "host": "string", "role": "string",
     "step_wall_s": "float64", "own_span_s": "float64", "compute_s": "float64", "fwd_s": "float64",
-    "bwd_s": "float64", "recompute_s": "float64", "idle_s": "float64", "exposed_comm_s": "float64",
+    "bwd_s": "float64", "bwd_input_s": "float64", "bwd_weight_s": "float64", "recompute_s": "float64",
+    "idle_s": "float64", "exposed_comm_s": "float64",
     "overhead_s": "float64", "bubble": "float64", "nocompute_frac": "float64", "replay_bubble": "float64",
+    "bubble_exact": "float64",  # timed workload: this rank's idle share in the exact replay
+    "stalled_by": "string",  # "rank:seconds,...": its waiting per step charged to the rank at the end of the wait chain
     "solo_compute_s": "float64", "memory_kind": "string", "peak_allocated_bytes": "Int64",
     "peak_active_bytes": "Int64", "peak_reserved_bytes": "Int64", "device_used_bytes": "Int64",
     "device_total_bytes": "Int64", "host_peak_rss_bytes": "int64", "host_peak_is_lifetime": "bool",
@@ -319,6 +337,7 @@ STRATEGY_RANKS = {
 STRATEGY_STEPS = {
     "run_id": "string", "case_id": "string", "step": "int64", "rank": "int64", "step_wall_s": "float64",
     "own_span_s": "float64", "compute_s": "float64", "fwd_s": "float64", "bwd_s": "float64",
+    "bwd_input_s": "float64", "bwd_weight_s": "float64",
     "recompute_s": "float64", "idle_s": "float64", "exposed_comm_s": "float64", "overhead_s": "float64",
 }
 
@@ -326,7 +345,8 @@ STRATEGY_SPANS = {  # one timed step (the median-wall one) per case: what each r
     "run_id": "string", "case_id": "string", "step": "int64", "rank": "int64",
     "stage": "int64",  # pipeline stage of a compute action; -1 for comm / step
     "micro_batch": "int64",  # -1 where not per micro-batch
-    "action": "string",  # fwd | bwd | recompute (inside a bwd) | comm (blocked in a p2p wait) | step (own span)
+    "action": "string",  # fwd | bwd | bwd_input | bwd_weight | recompute (inside a backward) | wait (blocked on a
+    # peer not ready: bubble) | comm (blocked in a p2p transfer) | step (own span)
     "start_s": "float64",  # seconds from the earliest step start over ranks (one host's clock)
     "end_s": "float64",
 }
@@ -340,6 +360,20 @@ MICROBATCH_EFFICIENCY = {
     "relative_throughput": "float64", "ideal_pipeline_step_s": "float64", "stages": "int64",
 }
 
+PLAN_PREDICTIONS = {  # written into a pipeline run by `distbench plan` (docs/plan.md): model output, not measured
+    "run_id": "string", "case_id": "string",
+    "role": "string",  # validation (a held-out case of this run) | recommended (a ranked candidate)
+    "rank": "int64",  # recommended: 1 = best predicted; validation: 0
+    "candidate": "string",  # "pp<ranks> <schedule> m=<chunks> b=<micro-batch>"
+    "stages": "int64", "schedule": "string", "chunks": "int64", "micro_batch": "int64",
+    "predicted_step_s": "float64", "measured_step_s": "float64",  # measured: the case's step_median_s
+    "predicted_samples_per_s": "float64", "predicted_bubble": "float64", "measured_bubble": "float64",
+    "predicted_peak_bytes": "float64", "measured_peak_bytes": "float64",  # max over ranks
+    "extrapolated": "string",  # why the model left its calibrated range, or ""
+    "calibration_runs": "string",  # run ids, comma list
+    "why": "string",  # recommended rank 1: the trade-off behind the pick
+}
+
 
 TABLES = {
     "results": {**COMMON, **COLLECTIVE, **TELEMETRY_SUMMARY, **ALLREDUCE, **STRATEGY},
@@ -347,7 +381,7 @@ TABLES = {
     "model": MODEL, "residuals": RESIDUALS, "predictions": PREDICTIONS, "crossover": CROSSOVER,
     "strategy_ranks": STRATEGY_RANKS, "strategy_steps": STRATEGY_STEPS,
     "strategy_spans": STRATEGY_SPANS, "microbatch_efficiency": MICROBATCH_EFFICIENCY,
-    "nccl_tuning": NCCL_TUNING,
+    "nccl_tuning": NCCL_TUNING, "plan_predictions": PLAN_PREDICTIONS,
 }
 
 

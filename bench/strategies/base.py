@@ -30,9 +30,15 @@ RTOL, ATOL = 1e-4, 1e-5
 TOLERANCE = f"rtol={RTOL:g} atol={ATOL:g} (float32)"
 
 
+# Span kinds that are compute: forward, full backward, and the zero-bubble schedules' split
+# backward (input gradient, weight gradient). "recompute" lies inside a backward span.
+COMPUTE_KINDS = ("fwd", "bwd", "bwd_input", "bwd_weight")
+SPAN_KINDS = (*COMPUTE_KINDS, "recompute")
+
+
 class Clock:
-    """Compute intervals of the local module: (kind, stage, mb, start_s, end_s), kind in fwd |
-    bwd | recompute (recompute lies inside a bwd interval), and communication waits (start_s,
+    """Compute intervals of the local module: (kind, stage, mb, start_s, end_s), kind in
+    SPAN_KINDS (recompute lies inside a backward interval), and communication waits (start_s,
     end_s, peers). perf_counter on CPU; on CUDA, events on the current stream of every device the
     process computes on (`devices`: layer puts consecutive groups on several GPUs, so a span
     recorded on one device's stream would end when that device's part ends, not the span),
@@ -117,12 +123,19 @@ class Clock:
 
     def totals(self) -> dict:
         sp = self.resolve()
-        tot = {k: sum(e - s for kk, _, _, s, e in sp if kk == k) for k in ("fwd", "bwd", "recompute")}
-        tot["bwd"] -= tot["recompute"]  # recompute is its own line
-        return tot
+        return kind_totals(self.resolve())
 
     def compute_intervals(self) -> list[tuple[float, float]]:
-        return [(s, e) for k, _, _, s, e in self.resolve() if k in ("fwd", "bwd")]
+        return [(s, e) for k, _, _, s, e in self.resolve() if k in COMPUTE_KINDS]
+
+
+def kind_totals(spans) -> dict:
+    """Seconds per kind of one step's spans: fwd, bwd (all backward: full, input and weight
+    gradient, recompute taken out), bwd_input, bwd_weight (the split backward's parts, recompute
+    included) and recompute."""
+    tot = {k: sum(e - s for kk, _, _, s, e in spans if kk == k) for k in SPAN_KINDS}
+    tot["bwd"] += tot["bwd_input"] + tot["bwd_weight"] - tot["recompute"]  # recompute is its own line
+    return tot
 
 
 # ---- memory ---------------------------------------------------------------------------------
@@ -192,6 +205,7 @@ class Ctx:
     balance: tuple[int, ...] = ()  # blocks per stage / per device group
     bucket_cap_mb: float = 25.0
     lr: float = 1e-3
+    dims: ParallelDims | None = None  # a composed layout's degrees (bench.strategies.layout); None: the strategy's own
     extra: dict = field(default_factory=dict)
 
 
@@ -312,7 +326,9 @@ class Strategy:
     single_process: bool  # runs in one process at world 1 (dp, layer)
     setup: Callable[[Ctx], "Trainer"]
     memory: Callable[[Footprint], float]  # per-rank peak bytes of a case (bench.strategies.footprint)
-    dims: Callable[[int], ParallelDims] = lambda world: ParallelDims(world=world, dp=world)
+    dims: Callable[[int], ParallelDims] = lambda world: ParallelDims(world=world, dp_replicate=world)
+    composed: bool = False  # a layout of several parallelisms (bench.strategies.layout.LAYOUTS)
+    min_world: int = 2  # the smallest world it runs at (single-process strategies: 1)
     check: Callable[[ModelSpec, object], str | None] = no_check  # skip note, None, or BenchError
 
 

@@ -19,6 +19,12 @@ earliest start to the latest end over ranks. Then, per rank,
 
 and compute + idle + exposed_comm + overhead = W. Bubble (measured) = idle / W.
 
+Waiting is not communication: each wait is split into the pieces spent waiting for a peer that
+was not ready (`wait_pieces`, counted as bubble, drawn as "wait" in the Gantt) and the rest (the
+transfer, exposed communication). `stalled_by` gives, per rank, the seconds of its waiting
+charged to the rank at the end of the chain of waits (the one computing, busy on the host, or not
+yet in the step): with one slow stage, the ranks' stalls point at it.
+
 Waits are attributed against the neighbour they wait on, following that neighbour's own wait at
 the same instant (stage 2 waiting on stage 1 while stage 1 waits on stage 0, which computes, is
 bubble, not communication). A wait recorded without peers falls back to the old rule: idle while
@@ -65,6 +71,8 @@ class RankBreakdown:
     idle_s: float
     exposed_comm_s: float
     overhead_s: float
+    wait_pieces: tuple = ()  # (start, end) of the waits counted as idle (waiting for a peer)
+    stalled_by: tuple = ()  # ((rank, seconds), ...): who those waits waited on, at the chain's end
 
     @property
     def bubble(self) -> float:
@@ -117,38 +125,49 @@ def breakdown(spans: dict, compute: dict, waits: dict) -> dict:
     def busy(q, t) -> bool:
         return q in comp and comp[q].at(t) is not None
 
-    def idle_at(r, t, seen) -> bool:
+    def idle_at(r, t, seen):
         """Is rank r, blocked in a wait at t, waiting on a busy peer (directly or through the
-        peer's own wait)?"""
+        peer's own wait)? Returns that peer (the end of the chain), or None."""
         w = wf[r].at(t)
         peers = w[2] if w else None
         if peers is None:  # not recorded: any other rank computing makes it idle (old rule)
-            return any(busy(q, t) for q in spans if q != r)
+            return next((q for q in spans if q != r and busy(q, t)), None)
         for p in peers:
             if p not in spans or p in seen:
                 continue  # unknown peer, or a cycle: a mutual wait is a transfer in flight
             s, e = spans[p]
             if busy(p, t) or t < s:
-                return True  # the peer computes, or has not reached this step yet
+                return p  # the peer computes, or has not reached this step yet
             if t >= e:
                 continue  # the peer is done: what is left is the transfer
             if wf[p].at(t) is None:
-                return True  # host work on the peer (loss, scheduling, optimizer)
-            if idle_at(p, t, seen | {p}):
-                return True
-        return False
+                return p  # host work on the peer (loss, scheduling, optimizer)
+            root = idle_at(p, t, seen | {p})
+            if root is not None:
+                return root
+        return None
 
     cuts = sorted({float(x) for r in spans for x in spans[r]}
                   | {float(x) for r in spans for iv in comp[r].ivs for x in iv}
                   | {float(x) for r in spans for w in wl[r] for x in w[:2]})
     idle_w = {r: 0.0 for r in spans}
+    pieces: dict = {r: [] for r in spans}
+    blame: dict = {r: {} for r in spans}
     for a, b in zip(cuts, cuts[1:]):
         if b <= a:
             continue
         m = (a + b) / 2
         for r in spans:
-            if wf[r].at(m) is not None and idle_at(r, m, frozenset({r})):
+            if wf[r].at(m) is None:
+                continue
+            root = idle_at(r, m, frozenset({r}))
+            if root is not None:
                 idle_w[r] += b - a
+                blame[r][root] = blame[r].get(root, 0.0) + (b - a)
+                if pieces[r] and pieces[r][-1][1] == a:
+                    pieces[r][-1] = (pieces[r][-1][0], b)
+                else:
+                    pieces[r].append((a, b))
     out = {}
     for r, (s, e) in spans.items():
         c = sum(b - a for a, b in comp[r].ivs)
@@ -156,5 +175,6 @@ def breakdown(spans: dict, compute: dict, waits: dict) -> dict:
         out[r] = RankBreakdown(rank=r, step_wall_s=wall, own_span_s=e - s, compute_s=c,
                                idle_s=(wall - (e - s)) + idle_w[r],
                                exposed_comm_s=wait_s - idle_w[r],
-                               overhead_s=max(0.0, (e - s) - c - wait_s))
+                               overhead_s=max(0.0, (e - s) - c - wait_s),
+                               wait_pieces=tuple(pieces[r]), stalled_by=tuple(sorted(blame[r].items())))
     return out

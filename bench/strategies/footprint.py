@@ -23,6 +23,8 @@ MLP_ACTS_PER_BLOCK = 2  # Linear out, GELU out
 def model_params(spec) -> int:
     """Parameter count of a preset (bench.workloads.models.build_model), in closed form."""
     w, d = spec.width, spec.depth
+    if spec.family == "timed":
+        return d * w
     if spec.family == "mlp":
         return d * (w * w + w)
     block = 4 * (w * w + w) + 2 * 2 * w + (w * 4 * w + 4 * w) + (4 * w * w + w)  # attn, 2 LN, up, down
@@ -34,7 +36,7 @@ def activation_bytes(spec, batch: float) -> int:
     MLP: batch x width x depth x MLP_ACTS_PER_BLOCK x 4 B;
     GPT: batch x seq x (width x depth x GPT_ACTS_PER_BLOCK + vocab x GPT_ACTS_PER_VOCAB) x 4 B.
     Attention scores (heads x seq^2) are not counted: SDPA's fused kernels do not keep them."""
-    if spec.family == "mlp":
+    if spec.family != "gpt":  # mlp, timed (its blocks keep input and output: the MLP's count)
         per_sample = spec.width * (spec.depth * MLP_ACTS_PER_BLOCK + 1)
     else:
         per_sample = spec.seq * (spec.width * spec.depth * GPT_ACTS_PER_BLOCK + spec.vocab * GPT_ACTS_PER_VOCAB)
@@ -89,3 +91,13 @@ def sharded(f: Footprint) -> float:
     pp: GPipe keeps every micro-batch of its stage, 1F1B fewer: an upper bound)."""
     w = max(f.world, 1)
     return f.states / w + f.acts(f.batch) / w
+
+
+def layout_memory(f: Footprint, dims) -> float:
+    """A composed layout (bench.strategies.dims.ParallelDims): parameters, gradients and optimizer
+    state split over pp x tp x dp_shard, a DDP replica's gradient buckets (4 B x its parameters),
+    and A(batch / dp) split over pp x tp (the pipeline and tp bound as in `sharded`)."""
+    split = dims.pp * dims.tp
+    states = f.states / (split * dims.dp_shard)
+    buckets = PARAM_BYTES * f.params / split if dims.dp_replicate > 1 and dims.dp_shard == 1 else 0
+    return states + buckets + f.acts(f.batch / dims.dp) / split

@@ -15,17 +15,22 @@ import numpy as np
 from bench.distributed.comm import Comm
 from bench.results.rundir import RunDir
 from bench.strategies.breakdown import breakdown
-from bench.strategies.replay import balanced, replay
+from bench.strategies.replay import balanced, exact_durations, replay
+from bench.strategies.schedules import get as get_schedule
 from bench.strategies.theory import gpipe_bubble, megatron_bubble
 from bench.strategies import REGISTRY
-from bench.strategies.base import TOLERANCE, Ctx, peak_bytes, read_peak, reference_check, reset_peak
+from bench.strategies.base import (COMPUTE_KINDS, TOLERANCE, Ctx, kind_totals, peak_bytes, read_peak, reference_check,
+                                   reset_peak)
 from bench.strategies.config import CaseSpec
-from bench.strategies.pp import stages_per_rank
+from bench.strategies.pp import validate
 from bench.timing.profile import profile_steps, relative, trace_file
 from bench.timing.stats import summarize
 from bench.timing.timers import sync
 from bench.workloads import Batches, build_model, get_spec, loss_fn
-from bench.workloads.models import param_count
+from bench.workloads.models import param_count, split_pieces
+
+_ACTION = {"bwd": "B", "bwd_input": "I", "bwd_weight": "W"}  # span kind -> replay action kind
+_PARTS = ("fwd", "bwd", "bwd_input", "bwd_weight", "recompute")  # per-rank / per-step seconds columns
 
 
 def _timed_steps(trainer, comm: Comm, steps: int) -> list[dict]:
@@ -71,7 +76,7 @@ def aligned(rec: dict) -> tuple[tuple, list, list]:
     """One rank's step on its own clock, shifted so that its step starts (barrier exit) at 0:
     (span, compute intervals, waits)."""
     t0 = rec["span"][0]
-    comp = [(a - t0, b - t0) for kind, _, _, a, b in rec["spans"] if kind in ("fwd", "bwd")]
+    comp = [(a - t0, b - t0) for kind, _, _, a, b in rec["spans"] if kind in COMPUTE_KINDS]
     waits = [(w[0] - t0, w[1] - t0, *w[2:]) for w in rec["waits"]]
     return (0.0, rec["span"][1] - t0), comp, waits
 
@@ -104,7 +109,8 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
     spec = get_spec(case.model)
     ctx = Ctx(spec=spec, rank=info.rank, world=info.world, device=info.device, batch=case.batch, seed=cfg.seed,
               steps=cfg.warmup + cfg.steps + 1, chunks=case.chunks, schedule=case.schedule or "gpipe",
-              checkpoint=case.checkpoint, balance=case.balance, bucket_cap_mb=case.bucket_cap_mb or 25.0)
+              checkpoint=case.checkpoint, balance=case.balance, bucket_cap_mb=case.bucket_cap_mb or 25.0,
+              dims=case.dims if case.composed else None)
     trainer = REGISTRY.get(case.strategy).setup(ctx)
     chk = None
     if cfg.check:
@@ -125,40 +131,77 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
     trace = _profile(trainer, comm, case, run_dir) if getattr(cfg, "profile", 0) and run_dir is not None else None
     mine = {"recs": recs, "mem": mem, "solo_s": solo, "role": trainer.role, "degraded": trainer.degraded,
             "devices": trainer.devices, "comm_in_compute": trainer.comm_in_compute,
-            "order": trainer.pipeline_order() if case.strategy == "pp" and info.rank == 0 else None,
+            "order": trainer.pipeline_order() if _pipelined(case) and info.rank == 0 else None,
             "params": param_count(build_model(spec, cfg.seed)) if info.rank == 0 else 0}
     facts = comm.gather_object(mine)
     del trainer
     return {"facts": facts, "check": chk, "loss": loss, "trace": trace}
 
 
+def _pipelined(case: CaseSpec) -> bool:
+    """A pipeline case (pp alone or a composed layout with pp): it gets the bubble columns."""
+    return case.dims.pp > 1
+
+
 def _replay_columns(case: CaseSpec, facts: list[dict]) -> dict:
-    """Per-stage median fwd (per micro-batch, loss included) and bwd (recompute included) times,
-    then the replay of the schedule's own order with those times and with balanced times."""
-    fwd, bwd = {}, {}
+    """Per-stage median action times from the measured spans: F per micro-batch (loss included),
+    B, or I and W under the split-backward schedules (recompute included); then the replay of the
+    schedule's own order with those times and with balanced times."""
+    fwd, acts = {}, {}
     for f in facts:
         for rec in f["recs"]:
             per_mb: dict = {}
             for kind, s, mb, a, b in rec["spans"]:
                 if kind == "fwd":
                     per_mb[(s, mb)] = per_mb.get((s, mb), 0.0) + (b - a)
-                elif kind == "bwd":
-                    bwd.setdefault(s, []).append(b - a)
+                elif kind in _ACTION:
+                    acts.setdefault((s, _ACTION[kind]), []).append(b - a)
             for (s, _), t in per_mb.items():
                 fwd.setdefault(s, []).append(t)
     order = facts[0]["order"]
-    dur = {}
+    dur = {(s, k): 0.0 for s in fwd for k in "BIW"}
     for s in fwd:
         dur[(s, "F")] = float(np.median(fwd[s]))
-        dur[(s, "B")] = float(np.median(bwd.get(s, [0.0])))
+    for key, ts in acts.items():
+        dur[key] = float(np.median(ts))
     n_stages = len(fwd)
     rp = replay(order, dur, n_stages)
     rb = replay(order, balanced(dur), n_stages)
+    split = get_schedule(case.schedule).split_backward
+    bwd = {s: dur[(s, "I")] + dur[(s, "W")] if split else dur[(s, "B")] for s in fwd}
     return {"replay_step_s": rp.step_s, "replay_bubble": rp.mean_bubble, "replay_schedule_bubble": rb.mean_bubble,
             "replay_imbalance": rp.mean_bubble - rb.mean_bubble,
             "stage_fwd_s": ",".join(f"{dur[(s, 'F')] * 1e3:.3f}" for s in sorted(fwd)),
-            "stage_bwd_s": ",".join(f"{dur[(s, 'B')] * 1e3:.3f}" for s in sorted(fwd)),
-            "_replay_rank": rp.bubble}
+            "stage_bwd_s": ",".join(f"{bwd[s] * 1e3:.3f}" for s in sorted(fwd)),
+            **({f"stage_bwd_{n}_s": ",".join(f"{dur[(s, k)] * 1e3:.3f}" for s in sorted(fwd))
+                for n, k in (("input", "I"), ("weight", "W"))} if split else {}),
+            "_replay_rank": rp.bubble, "_dur": dur, "_n_stages": n_stages}
+
+
+def _chunk_times(dur: dict, n_stages: int, split: bool) -> tuple[float, float, float]:
+    """One chunk's F, I and W for the theory formulas: means over stages (I over the stages that
+    have input-gradient work: the first has none); a full backward B counts as I = W = B / 2 (the
+    fill-drain formulas of the schedules that do not split it do not depend on the times)."""
+    stages = range(n_stages)
+    f = float(np.mean([dur[(s, "F")] for s in stages]))
+    if not split:
+        b = float(np.mean([dur[(s, "B")] for s in stages]))
+        return f, b / 2, b / 2
+    ins = [dur[(s, "I")] for s in stages if dur[(s, "I")] > 0]
+    return f, float(np.mean(ins)) if ins else 0.0, float(np.mean([dur[(s, "W")] for s in stages]))
+
+
+def exact_columns(case: CaseSpec, order: dict, world: int) -> dict:
+    """The timed workload: the schedule's own order replayed with the known action times (the
+    exact bubble, per rank and mean). Empty for the other models."""
+    spec = get_spec(case.model)
+    if spec.family != "timed":
+        return {}
+    balance = validate(schedule=case.schedule, stages=world, chunks=case.chunks, batch=case.batch, depth=spec.depth,
+                       balance=case.balance, strict=False, preset=spec.preset)
+    dur = exact_durations(spec, split_pieces(spec, balance), get_schedule(case.schedule).split_backward)
+    rx = replay(order, dur, len(balance))
+    return {"bubble_exact": rx.mean_bubble, "exact_step_s": rx.step_s, "_exact_rank": rx.bubble, "_dur": dur}
 
 
 def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], nodes: int) -> dict:
@@ -169,7 +212,7 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
     per_step = []
     for k in range(steps):
         spans = {r: f["recs"][k]["span"] for r, f in enumerate(facts)}
-        comp = {r: [(a, b) for kind, _, _, a, b in f["recs"][k]["spans"] if kind in ("fwd", "bwd")]
+        comp = {r: [(a, b) for kind, _, _, a, b in f["recs"][k]["spans"] if kind in COMPUTE_KINDS]
                 for r, f in enumerate(facts)}
         waits = {r: f["recs"][k]["waits"] for r, f in enumerate(facts)}
         if nodes > 1:  # clocks of different hosts are not comparable: align each rank at its barrier exit
@@ -182,36 +225,40 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
     kinds = {r: [] for r in range(world)}
     for r, f in enumerate(facts):
         for rec in f["recs"]:
-            tot = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
-            for kind, _, _, a, b in rec["spans"]:
-                tot[kind] += b - a
-            tot["bwd"] -= tot["recompute"]
-            kinds[r].append(tot)
+            kinds[r].append(kind_totals(rec["spans"]))
     ranks, steps_rows = [], []
     for r in range(world):
         col = {n: float(np.median([getattr(bd[r], n) for bd in per_step]))
                for n in ("compute_s", "idle_s", "exposed_comm_s", "overhead_s", "own_span_s")}
-        parts = {f"{n}_s": float(np.median([t[n] for t in kinds[r]])) for n in ("fwd", "bwd", "recompute")}
+        parts = {f"{n}_s": float(np.median([t[n] for t in kinds[r]])) for n in _PARTS}
+        stalls: dict = {}  # seconds of waiting charged to each rank, summed over the timed steps
+        for bd in per_step:
+            for q, sec in bd[r].stalled_by:
+                stalls[q] = stalls.get(q, 0.0) + sec
         mem = facts[r]["mem"]
         ranks.append({**key, "rank": r, "host": hosts[r], "role": facts[r]["role"], "step_wall_s": st.median_s,
                       **col, **parts, "bubble": float(np.median([bd[r].bubble for bd in per_step])),
                       "nocompute_frac": 1.0 - col["compute_s"] / st.median_s if st.median_s > 0 else float("nan"),
-                      "solo_compute_s": facts[r]["solo_s"], **mem, "peak_bytes": peak_bytes(mem)})
+                      "solo_compute_s": facts[r]["solo_s"], **mem, "peak_bytes": peak_bytes(mem),
+                      "stalled_by": ",".join(f"{q}:{sec / len(per_step):.6f}" for q, sec in sorted(stalls.items()))})
         for k, bd in enumerate(per_step):
             b = bd[r]
             steps_rows.append({**key, "step": k, "rank": r, "step_wall_s": b.step_wall_s, "own_span_s": b.own_span_s,
                                "compute_s": b.compute_s, "idle_s": b.idle_s, "exposed_comm_s": b.exposed_comm_s,
-                               "overhead_s": b.overhead_s, **{f"{n}_s": kinds[r][k][n] for n in ("fwd", "bwd", "recompute")}})
+                               "overhead_s": b.overhead_s, **{f"{n}_s": kinds[r][k][n] for n in _PARTS}})
     devices = world * facts[0]["devices"]
     sps = case.batch / st.median_s
     tps = sps * spec.tokens_per_sample
     degraded = facts[0]["degraded"] or base_row["degraded"]
-    if case.strategy == "pp" and base_row.get("device_type") == "cuda":
+    if _pipelined(case) and base_row.get("device_type") == "cuda":
         degraded = with_note(degraded, CUDA_WAITS_UNVERIFIED)
-    if case.strategy == "pp" and nodes > 1:
+    if _pipelined(case) and nodes > 1:
         degraded = with_note(degraded, MULTI_NODE_ALIGNED)
     mean = lambda n: float(np.mean([x[n] for x in ranks]))  # noqa: E731
+    dims = case.dims
     row = {**base_row, "case_id": case.case_id, "world": world, "degraded": degraded, "strategy": case.strategy,
+           "layout": dims.layout, "pp_degree": dims.pp, "dp_degree": dims.dp_replicate, "fsdp_degree": dims.dp_shard,
+           "tp_degree": dims.tp,
            "model": case.model, "family": spec.family, "params": facts[0]["params"], "devices": devices,
            "chunks": case.chunks, "schedule": case.schedule, "checkpoint": case.checkpoint, "batch": case.batch,
            "micro_batch": case.micro_batch or case.batch // case.chunks, "sweep_mode": case.sweep_mode,
@@ -220,6 +267,7 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
            "tokens_per_s": tps if spec.family == "gpt" else float("nan"),
            "tokens_per_s_per_device": tps / devices if spec.family == "gpt" else float("nan"),
            "fwd_s": mean("fwd_s"), "bwd_s": mean("bwd_s"), "recompute_s": mean("recompute_s"),
+           "bwd_input_s": mean("bwd_input_s"), "bwd_weight_s": mean("bwd_weight_s"),
            "compute_s": mean("compute_s"), "exposed_comm_s": mean("exposed_comm_s"), "idle_s": mean("idle_s"),
            "overhead_s": mean("overhead_s"), "comm_in_compute": bool(facts[0]["comm_in_compute"]),
            "solo_compute_s": mean("solo_compute_s"),
@@ -229,27 +277,63 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
            "memory_kind": ranks[0]["memory_kind"], "peak_memory_bytes": max(x["peak_bytes"] for x in ranks),
            "host_peak_rss_bytes": max(x["host_peak_rss_bytes"] for x in ranks),
            "loss": res["loss"], "tolerance": TOLERANCE, "profile_trace": res.get("trace")}
+    est = row["exposed_comm_est_s"] if np.isfinite(row["exposed_comm_est_s"]) else 0.0
+    row["comm_share"] = (row["exposed_comm_s"] + est) / st.median_s if st.median_s > 0 else float("nan")
     chk = res["check"]
     row.update({"checks": 1 if chk else 0, "wrong": chk["wrong"] if chk else 0,
                 "max_abs_diff": chk["max_abs_diff"] if chk else float("nan")})
-    if case.strategy == "pp":
-        p, v = world, stages_per_rank(case.schedule)
-        rc = _replay_columns(case, facts)
-        per_rank_replay = rc.pop("_replay_rank")
-        for x in ranks:
-            x["replay_bubble"] = float(per_rank_replay.get(x["rank"], float("nan")))
-        row.update({"stages": p * v, "bubble_measured": mean("bubble"), "bubble_max": max(x["bubble"] for x in ranks),
-                    "nocompute_frac": mean("nocompute_frac"), "bubble_gpipe_theory": gpipe_bubble(p, case.chunks, v),
-                    "bubble_megatron_theory": megatron_bubble(p, case.chunks, v), **rc})
-        row["comm_overhead_frac"] = row["nocompute_frac"] - row["replay_bubble"]
-    spans = [] if nodes > 1 else step_spans(key, facts, int(np.argsort(walls)[len(walls) // 2]))
+    if _pipelined(case):
+        row.update(_pipeline_columns(case, facts, ranks, dims.pp, mean))
+    k_med = int(np.argsort(walls)[len(walls) // 2])
+    spans = [] if nodes > 1 else step_spans(key, facts, k_med, per_step[k_med])
     return {"results": [row], "strategy_ranks": ranks, "strategy_steps": steps_rows, "strategy_spans": spans}
 
 
-def step_spans(key: dict, facts: list[dict], k: int) -> list[dict]:
+def _pipeline_columns(case: CaseSpec, facts: list[dict], ranks: list[dict], world: int, mean) -> dict:
+    """The pipeline row's bubble columns: measured, theory (GPipe, Megatron, the schedule's own),
+    replay, and on the timed workload the exact bubble; per-rank replay and exact into `ranks`.
+    `world`: the pipeline ranks (the pp degree of a composed layout, whose dp / tp peers of a
+    pipeline rank share its replayed and exact bubble)."""
+    sch = get_schedule(case.schedule)
+    p, v = world, sch.per_rank
+    dims = case.dims
+    rc = _replay_columns(case, facts)
+    per_rank_replay, dur, n_stages = rc.pop("_replay_rank"), rc.pop("_dur"), rc.pop("_n_stages")
+    ex = exact_columns(case, facts[0]["order"], world)
+    per_rank_exact = ex.pop("_exact_rank", {})
+    times = _chunk_times(ex.pop("_dur", dur), n_stages, sch.split_backward)  # known times (timed workload) or measured
+    for x in ranks:
+        pr = dims.coords(x["rank"])["pp"]  # the replay's and the exact bubble's ranks are pipeline ranks
+        x["replay_bubble"] = float(per_rank_replay.get(pr, float("nan")))
+        x["bubble_exact"] = float(per_rank_exact.get(pr, float("nan")))
+    out = {"stages": p * v, "stage_placement": sch.placement, "bubble_measured": mean("bubble"),
+           "bubble_max": max(x["bubble"] for x in ranks), "nocompute_frac": mean("nocompute_frac"),
+           "bubble_gpipe_theory": gpipe_bubble(p, case.chunks, v), "bubble_megatron_theory": megatron_bubble(p, case.chunks, v),
+           "bubble_theory": sch.theory(p, case.chunks, v, *times), "bubble_theory_formula": sch.formula,
+           "bubble_exact": float("nan"), "exact_step_s": float("nan"), **rc, **ex}
+    out["comm_overhead_frac"] = out["nocompute_frac"] - out["replay_bubble"]
+    return out
+
+
+def _minus(a: float, b: float, holes) -> list[tuple[float, float]]:
+    """[a, b) without the intervals `holes` (sorted, disjoint)."""
+    out, t = [], a
+    for c, d in holes:
+        if d <= t or c >= b:
+            continue
+        if c > t:
+            out.append((t, c))
+        t = max(t, d)
+    if t < b:
+        out.append((t, b))
+    return out
+
+
+def step_spans(key: dict, facts: list[dict], k: int, bd: dict | None = None) -> list[dict]:
     """Every rank's actions in timed step k (the median-wall step), in seconds from the step's
-    earliest start over ranks: compute (fwd / bwd / recompute, with stage and micro-batch) and
-    communication waits (comm). One host's clock only (the caller skips multi-node launches)."""
+    earliest start over ranks: compute (fwd / bwd / bwd_input / bwd_weight / recompute, with stage
+    and micro-batch) and its p2p waits split by the step's breakdown `bd` into waiting for a peer
+    (wait: bubble) and the transfer (comm). One host's clock only (the caller skips multi-node launches)."""
     t0 = min(f["recs"][k]["span"][0] for f in facts)
     out = []
     for r, f in enumerate(facts):
@@ -257,9 +341,14 @@ def step_spans(key: dict, facts: list[dict], k: int) -> list[dict]:
         for kind, stage, mb, a, b in rec["spans"]:
             out.append({**key, "step": k, "rank": r, "stage": int(stage), "micro_batch": int(mb), "action": kind,
                         "start_s": a - t0, "end_s": b - t0})
+        idle = list(bd[r].wait_pieces) if bd is not None else []
+        for a, b in idle:
+            out.append({**key, "step": k, "rank": r, "stage": -1, "micro_batch": -1, "action": "wait",
+                        "start_s": a - t0, "end_s": b - t0})
         for w in rec["waits"]:
-            out.append({**key, "step": k, "rank": r, "stage": -1, "micro_batch": -1, "action": "comm",
-                        "start_s": w[0] - t0, "end_s": w[1] - t0})
+            for a, b in _minus(float(w[0]), float(w[1]), idle):
+                out.append({**key, "step": k, "rank": r, "stage": -1, "micro_batch": -1, "action": "comm",
+                            "start_s": a - t0, "end_s": b - t0})
         out.append({**key, "step": k, "rank": r, "stage": -1, "micro_batch": -1, "action": "step",
                     "start_s": rec["span"][0] - t0, "end_s": rec["span"][1] - t0})
     return out

@@ -10,17 +10,21 @@ import pandas as pd
 
 from bench.report.plots.common import Section, chunk_axis, finish_axes, legend, new_figure, save, style
 from bench.report.plots.data import Entry, lacking, num, series_keys, series_label, table
+from bench.strategies.layout_table import layout_table
 
 # "_fixed" is what a sweep holds constant: the mini-batch (mini-batch mode, micro-batch = batch / chunks)
 # or the micro-batch (micro-batch mode); the other one varies along the line, so it is no series key.
-_PP_SERIES = ("model", "schedule", "sweep_mode", "checkpoint", "stages", "world", "_fixed")
+_PP_SERIES = ("model", "schedule", "sweep_mode", "checkpoint", "stages", "world", "layout", "_fixed")
 
 
 def _with_fixed(pp: pd.DataFrame) -> pd.DataFrame:
     mb_mode = pp.get("sweep_mode", pd.Series("", index=pp.index)).astype(str) == "micro-batch"
     fixed = np.where(mb_mode, "micro-batch " + pp["micro_batch"].astype(str), "batch " + pp["batch"].astype(str))
     return pp.assign(_fixed=fixed)
-ACTION_COLORS = {"fwd": "#1f77b4", "bwd": "#ff7f0e", "recompute": "#9467bd", "comm": "#2ca02c", "idle": "#e3e3e3"}
+# "wait": blocked on a peer that was not ready (bubble, hatched grey); "comm": the transfer itself
+ACTION_COLORS = {"fwd": "#1f77b4", "bwd": "#ff7f0e", "bwd_input": "#d62728", "bwd_weight": "#bcbd22",
+                 "recompute": "#9467bd", "comm": "#2ca02c", "wait": "#c7c7c7", "idle": "#e3e3e3"}
+ACTION_ORDER = ("idle", "wait", "fwd", "bwd", "bwd_input", "bwd_weight", "recompute", "comm")
 MAX_GANTT_PER_RUN = 8  # one PNG per case; beyond this the page gets long, and the rest is named as left out
 
 
@@ -41,7 +45,7 @@ def _step_from_raw(res: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame
 
 
 def _speedups(pp: pd.DataFrame) -> pd.DataFrame:
-    ref_keys = [k for k in ("_label", "model", "sweep_mode", "checkpoint", "stages", "world") if k in pp]
+    ref_keys = [k for k in ("_label", "model", "sweep_mode", "checkpoint", "stages", "world", "layout") if k in pp]
     mb_mode = pp.get("sweep_mode", pd.Series("", index=pp.index)).astype(str) == "micro-batch"
     pp = pp.assign(_thr=num(pp, "batch") / num(pp, "step_s"), _mb=np.where(mb_mode, pp.get("micro_batch"), -1))
     ones = pp[num(pp, "chunks") == 1]
@@ -88,6 +92,9 @@ def _bubble(sec, out_dir, pp, keys, prefix):
                     label=f"{lab}Megatron (p-1)/(v m)")
             ax.plot(x, num(g, "replay_bubble") * 100, color=st["color"], linestyle="-.", marker="x", linewidth=1,
                     label=f"{lab}calibrated replay")
+            if "bubble_exact" in g and np.isfinite(num(g, "bubble_exact")).any():
+                ax.plot(x, num(g, "bubble_exact") * 100, color=st["color"], linestyle="none", marker="*", markersize=10,
+                        label=f"{lab}exact (timed workload)")
         chunk_axis(ax, s["chunks"].dropna().unique())
         finish_axes(ax, "chunks m (micro-batches per mini-batch, log2)", "bubble (% of step wall)",
                     f"pipeline bubble vs chunks, schedule {sched}: measured vs theory vs replay")
@@ -95,6 +102,37 @@ def _bubble(sec, out_dir, pp, keys, prefix):
             fig, out_dir, f"{prefix}_bubble_vs_chunks_{sched}", f"pipeline bubble vs chunks ({sched})",
             f"Line plot of the {sched} pipeline bubble in percent of the step against chunks: measured idle "
             "fraction (solid), GPipe theory (dashed), Megatron theory (dotted) and calibrated replay (dash-dot)."))
+
+
+def _bubble_by_schedule(sec, out_dir, pp, prefix):
+    """One bar group per schedule (and world, chunks, model): the measured bubble beside the exact
+    one (timed workload), the schedule's own formula and the calibrated replay."""
+    cols = [("bubble_measured", "measured"), ("bubble_exact", "exact (timed workload)"),
+            ("bubble_theory", "theory (schedule's formula)"), ("replay_bubble", "calibrated replay")]
+    cols = [(c, lab) for c, lab in cols if c in pp and np.isfinite(num(pp, c)).any()]
+    if "bubble_theory" not in pp or not cols:
+        return
+    keys = [k for k in ("_label", "model", "world", "chunks", "schedule") if k in pp]
+    g = pp.groupby(keys, dropna=False, sort=True)[[c for c, _ in cols]].median().reset_index()
+    if g.empty:
+        return
+    fig, axes = new_figure(max(8.0, 0.9 * len(g) + 2), 4.8)
+    ax = axes[0][0]
+    width = 0.8 / len(cols)
+    x = np.arange(len(g))
+    for i, (c, lab) in enumerate(cols):
+        ax.bar(x + (i - (len(cols) - 1) / 2) * width, num(g, c) * 100, width, label=lab, color=style(i)["color"])
+    multi = g["_label"].nunique() > 1 if "_label" in g else False
+    ax.set_xticks(x)
+    ax.set_xticklabels([(f"{r['_label']}\n" if multi else "") + f"{r['schedule']}\n{r['model']} p={r['world']} m={r['chunks']}"
+                        for _, r in g.iterrows()], fontsize=7, rotation=0 if len(g) <= 8 else 45)
+    ax.set_ylabel("bubble (% of step wall)")
+    ax.set_title("pipeline bubble per schedule: measured vs exact vs theory")
+    ax.grid(True, axis="y", alpha=0.3)
+    legend(ax)
+    sec.images.append(save(fig, out_dir, f"{prefix}_bubble_by_schedule", "pipeline bubble per schedule",
+                           f"Bar chart of the pipeline bubble in percent of the step for {len(g)} schedule cases: "
+                           + ", ".join(lab for _, lab in cols) + "."))
 
 
 def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
@@ -115,24 +153,27 @@ def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
             ax = axes[0][0]
             for r in ranks:  # the background: whatever no action covers is idle
                 ax.broken_barh([(0, (t1 - t0) * 1e3)], (r - 0.4, 0.8), facecolors=ACTION_COLORS["idle"])
-            actions = [a for a in ("idle", "fwd", "bwd", "recompute", "comm") if a in set(c["action"].astype(str))]
+            actions = [a for a in ACTION_ORDER if a in set(c["action"].astype(str))]
             others = sorted(set(c["action"].astype(str)) - set(ACTION_COLORS) - {"step"})
             for action in actions + others:
                 a = c[c["action"].astype(str) == action]
                 for r, g in a.groupby("rank"):
                     bars = [((s - t0) * 1e3, (e - s) * 1e3) for s, e in zip(num(g, "start_s"), num(g, "end_s")) if e >= s]
                     ax.broken_barh(bars, (int(r) - 0.4, 0.8), facecolors=ACTION_COLORS.get(action, "#8c564b"),
-                                   edgecolor="white", linewidth=0.3)
+                                   edgecolor="white", linewidth=0.3, hatch="///" if action == "wait" else None)
             own = c[c["action"].astype(str) == "step"]
             for r, g in own.groupby("rank"):
                 bars = [((s - t0) * 1e3, (e - s) * 1e3) for s, e in zip(num(g, "start_s"), num(g, "end_s"))]
                 ax.broken_barh(bars, (int(r) - 0.45, 0.9), facecolors="none", edgecolor="black", linewidth=0.8)
             names = ["idle"] + [a for a in actions if a != "idle"] + others
-            handles = [plt.Rectangle((0, 0), 1, 1, color=ACTION_COLORS.get(k, "#8c564b")) for k in names]
+            labels = {"wait": "wait for peer (bubble)", "comm": "transfer (comm)", "bwd_input": "bwd input-grad (I)",
+                      "bwd_weight": "bwd weight-grad (W)"}
+            handles = [plt.Rectangle((0, 0), 1, 1, facecolor=ACTION_COLORS.get(k, "#8c564b"),
+                                     hatch="///" if k == "wait" else None) for k in names]
             if not own.empty:
                 handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="black"))
                 names.append("own step span")
-            ax.legend(handles, names, fontsize=7, ncol=len(handles), loc="upper center",
+            ax.legend(handles, [labels.get(n, n) for n in names], fontsize=7, ncol=min(len(handles), 6), loc="upper center",
                       bbox_to_anchor=(0.5, -0.5 if len(ranks) <= 2 else -0.25), frameon=False)
             ax.set_yticks(ranks)
             ax.set_yticklabels([f"rank {r}" for r in ranks])
@@ -214,6 +255,7 @@ def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> S
             sec.missing.append("speedup vs chunks=1: no chunks=1 case to compare with")
         if "bubble_measured" in pp:
             _bubble(sec, out_dir, pp, keys, kind)
+            _bubble_by_schedule(sec, out_dir, pp, kind)
         mem_keys = [k for k in series_keys(pp, ("model", "checkpoint", "schedule", "sweep_mode", "stages"), multi)]
         if "checkpoint" not in mem_keys:
             mem_keys.append("checkpoint")
@@ -254,8 +296,12 @@ def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> S
                        "peak memory (MiB, " + ("CUDA peak reserved per device)" if mk == "cuda" else "host peak RSS per rank)"),
                        "strategy comparison: peak memory per strategy and model", f"{kind}_peak_memory_by_strategy",
                        "peak memory in MiB")
+    lay = layout_table(res)  # composed layouts beside each other at equal world
+    if lay:
+        sec.tables.append(lay)
     cols = [c for c in ("_label", "case_id", "strategy", "model", "world", "chunks", "schedule", "checkpoint", "batch",
                         "micro_batch", "step_median_s", "step_iqr_s", "samples_per_s", "bubble_measured",
+                        "bubble_exact", "bubble_theory", "bubble_theory_formula",
                         "bubble_gpipe_theory", "bubble_megatron_theory", "replay_bubble", "peak_memory_bytes",
                         "wrong", "degraded") if c in res]
     sec.tables.append(("Cases (step = median step wall; bubble fractions of the step)", res[cols].rename(

@@ -2,13 +2,17 @@
 GPT-style decoder (token embedding, N blocks of attention + MLP, head).
 
 Both are an `nn.Sequential` of *pieces* so every strategy can take them apart the same way:
-MLP pieces are its blocks; GPT pieces are [Embed, Block x n_layer, Head]. A pipeline stage is a
+MLP pieces are its blocks; GPT pieces are [Embed, Block x n_layer, Head]. The timed family
+(TimedBlock) is the pipeline bubble's yardstick: each block's forward, input-gradient and
+weight-gradient backward sleep known times, so every schedule's bubble is known exactly from its
+action order (bench.strategies.replay.exact_durations); sleeping ranks do not compete for cores. A pipeline stage is a
 contiguous slice; `balance` counts blocks ("layers"), the GPT embedding rides with the first
 stage and the head with the last. Attention uses separate q/k/v Linears so Megatron-style
 column sharding splits whole heads (a fused qkv weight would be cut across q and k).
 """
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -21,12 +25,22 @@ from bench.errors import unknown
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     preset: str
-    family: str  # mlp | gpt
+    family: str  # mlp | gpt | timed (an MLP-shaped yardstick whose blocks sleep known times)
     width: int  # MLP hidden = in = out; GPT d_model
     depth: int  # MLP blocks; GPT n_layer (the "layers" that balance counts)
     heads: int = 0  # GPT only
     vocab: int = 0  # GPT only
     seq: int = 0  # GPT only: tokens per sample
+    fwd_s: float = 0.0  # timed only: seconds each block's forward sleeps (F)
+    bwd_input_s: float = 0.0  # timed only: its input-gradient backward (I)
+    bwd_weight_s: float = 0.0  # timed only: its weight-gradient backward (W)
+    slow_block: int = -1  # timed only: this block (0-based) takes slow_factor x the times (delay injection)
+    slow_factor: float = 1.0
+
+    def block_times(self, block: int) -> tuple[float, float, float]:
+        """Timed family: (F, I, W) seconds of one block's forward, input- and weight-gradient."""
+        k = self.slow_factor if block == self.slow_block else 1.0
+        return self.fwd_s * k, self.bwd_input_s * k, self.bwd_weight_s * k
 
     @property
     def tokens_per_sample(self) -> int:
@@ -43,6 +57,13 @@ PRESETS = {
     "mlp-small": ModelSpec(preset="mlp-small", family="mlp", width=256, depth=8),
     "mlp-pipe": ModelSpec(preset="mlp-pipe", family="mlp", width=512, depth=8),
     "mlp-large": ModelSpec(preset="mlp-large", family="mlp", width=4096, depth=16),
+    # the yardstick: 8 blocks of 20 ms forward, 20 ms input gradient, 20 ms weight gradient
+    # (F = I = W: ZB-V's zero-bubble case); 20 ms keeps a rank's per-action host work (~0.2-1 ms
+    # on a loaded 2-core host) small beside the action. timed-slow: block 2 is 2x slower (delay injection)
+    "timed": ModelSpec(preset="timed", family="timed", width=16, depth=8, fwd_s=0.02, bwd_input_s=0.02,
+                       bwd_weight_s=0.02),
+    "timed-slow": ModelSpec(preset="timed-slow", family="timed", width=16, depth=8, fwd_s=0.02, bwd_input_s=0.02,
+                            bwd_weight_s=0.02, slow_block=2, slow_factor=2.0),
     "gpt-tiny": ModelSpec(preset="gpt-tiny", family="gpt", width=32, depth=4, heads=4, vocab=128, seq=16),
     "gpt-small": ModelSpec(preset="gpt-small", family="gpt", width=128, depth=4, heads=4, vocab=512, seq=64),
     "gpt-124m": ModelSpec(preset="gpt-124m", family="gpt", width=768, depth=12, heads=12, vocab=50304, seq=1024),
@@ -62,6 +83,50 @@ class MLPBlock(nn.Sequential):
 
     def __init__(self, width: int):
         super().__init__(nn.Linear(width, width), nn.GELU())
+
+
+class _SleepInput(torch.autograd.Function):
+    """Identity on the activation: forward sleeps F, backward (the input gradient) sleeps I."""
+
+    @staticmethod
+    def forward(ctx, x, fwd_s: float, bwd_s: float):
+        ctx.bwd_s = bwd_s
+        time.sleep(fwd_s)
+        return x.clone()  # a new tensor, not a view: torch's last stage detaches its output in place
+
+    @staticmethod
+    def backward(ctx, g):
+        time.sleep(ctx.bwd_s)
+        return g, None, None
+
+
+class _SleepWeight(torch.autograd.Function):
+    """Identity on the weight: its backward (the weight gradient) sleeps W."""
+
+    @staticmethod
+    def forward(ctx, w, bwd_s: float):
+        ctx.bwd_s = bwd_s
+        return w.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        time.sleep(ctx.bwd_s)
+        return g, None
+
+
+class TimedBlock(nn.Module):
+    """y = x * w (w: one weight per feature), with the forward, the input-gradient path and the
+    weight-gradient path each sleeping a known time. torch's split backward (stage_backward_input,
+    then stage_backward_weight) runs the two paths as separate actions."""
+
+    def __init__(self, width: int, times: tuple[float, float, float]):
+        super().__init__()
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(width))
+        self.times = times
+
+    def forward(self, x):
+        f, i, w = self.times
+        return _SleepInput.apply(x, f, i) * _SleepWeight.apply(self.weight, w)
 
 
 class Embed(nn.Module):
@@ -125,6 +190,8 @@ class Head(nn.Module):
 def build_model(spec: ModelSpec, seed: int) -> nn.Sequential:
     """The full model, initialised from `seed` (identical on every rank that calls this)."""
     torch.manual_seed(seed)
+    if spec.family == "timed":
+        return nn.Sequential(*[TimedBlock(spec.width, spec.block_times(b)) for b in range(spec.depth)])
     if spec.family == "mlp":
         return nn.Sequential(*[MLPBlock(spec.width) for _ in range(spec.depth)])
     pieces = [Embed(spec.vocab, spec.width, spec.seq)]
@@ -142,12 +209,12 @@ def build_model(spec: ModelSpec, seed: int) -> nn.Sequential:
 def blocks(model: nn.Sequential, spec: ModelSpec) -> list[nn.Module]:
     """The repeated blocks (what balance counts and FSDP shards one by one)."""
     pieces = list(model)
-    return pieces if spec.family == "mlp" else pieces[1:-1]
+    return pieces if spec.family != "gpt" else pieces[1:-1]
 
 
 def split_pieces(spec: ModelSpec, balance: tuple[int, ...]) -> list[tuple[int, int]]:
     """[start, end) piece indices of each stage for `balance` blocks per stage."""
-    off = 0 if spec.family == "mlp" else 1
+    off = 0 if spec.family != "gpt" else 1
     bounds, start = [], 0
     for i, n in enumerate(balance):
         lo, hi = start + off, start + off + n
@@ -161,7 +228,7 @@ def split_pieces(spec: ModelSpec, balance: tuple[int, ...]) -> list[tuple[int, i
 
 def loss_fn(spec: ModelSpec):
     """Mean loss over the samples given: MSE for the MLP, token cross-entropy for GPT."""
-    if spec.family == "mlp":
+    if spec.family != "gpt":  # mlp, timed
         return lambda out, target: F.mse_loss(out, target)
     return lambda logits, target: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 

@@ -1,0 +1,288 @@
+"""`distbench plan`: a calibrated pipeline model. Every number it prints is a PREDICTION.
+
+Calibrate (from stored pipeline runs of one model on one machine):
+  per stage s and action kind k (F forward with the loss on the last stage, B full backward
+  with recompute, I / W input / weight backward where measured), the median time per
+  micro-batch as a line in the micro-batch size b:  t(s, k, b) = a[s,k] + c[s,k] * b
+  (least squares over the calibration cases at that pipeline depth; numpy.polyfit);
+  the schedule runtime's overhead per action, o: for each calibration case the o at which the
+  replay of the schedule's own action order, every action lasting its fitted time + o, takes
+  the measured step (scipy.optimize.brentq: the makespan grows monotonically with o), median
+  over the cases (the fitted times are compute only: what a run takes beyond them is p2p,
+  Python dispatch and the wait machinery, all per action);
+  memory per rank: peak = base[r] + q * (activation bytes of the micro-batches rank r holds
+  at once), a least-squares line over calibration cases (q absorbs the allocator's rounding).
+
+Predict (for a candidate: stages, schedule, chunks m, micro-batch b): replay torch's own action
+order for that schedule (bench.strategies.replay, orders from torch.distributed.pipelining)
+with every action lasting t(s, k, b) + o; step time = the replay's makespan; bubble = the
+replay's mean idle share with the fitted compute times alone; memory = base + q * in-flight.
+
+A candidate outside what was measured (another pipeline depth, a micro-batch size outside the
+calibrated range) is predicted anyway and marked `extrapolated` with the reason.
+"""
+
+import types
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch.nn as nn
+
+from bench.errors import BenchError
+from bench.strategies import schedules as scheds
+from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order, replay
+
+ACTION_KINDS = ("F", "B", "I", "W")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation:
+    """One measured pipeline case, as calibration or validation sees it."""
+
+    model: str
+    stages: int  # pipeline ranks
+    schedule: str  # bench.strategies.schedules name
+    chunks: int
+    micro_batch: int
+    step_s: float  # measured median step
+    stage_s: dict  # (model stage, kind) -> seconds per micro-batch (median)
+    peak_bytes: dict = field(default_factory=dict)  # rank -> peak bytes (CPU: RSS; CUDA: allocated)
+    case_id: str = ""
+    run_id: str = ""
+    run_dir: str = ""
+    bubble: float = float("nan")  # measured mean bubble, where the run has it
+
+
+def model_stages(schedule: str, ranks: int) -> int:
+    """How many pieces the model is cut into: ranks x the schedule's stages per rank."""
+    return ranks * scheds.get(schedule).per_rank
+
+
+@dataclass(frozen=True, kw_only=True)
+class Line:
+    a: float  # seconds at b = 0 (per-micro-batch fixed cost of the kernels)
+    c: float  # seconds per sample
+
+    def at(self, b: float) -> float:
+        return max(0.0, self.a + self.c * b)
+
+
+def fit_line(xs, ys) -> Line:
+    """Least squares; one distinct x gives a line through the origin and that point."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    if len(set(xs.tolist())) < 2:
+        return Line(a=0.0, c=float(np.mean(ys / xs)))
+    c, a = np.polyfit(xs, ys, 1)
+    return Line(a=float(a), c=float(c))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    model: str
+    costs: dict  # model stages -> {(stage, kind): Line}
+    overhead_s: float  # per action
+    base_bytes: dict  # model stages -> {rank: bytes}
+    bytes_per_inflight_sample: float
+    micro_batches: tuple[int, int]  # calibrated range (min, max)
+    ranks: tuple[int, ...]  # pipeline ranks of the calibration cases
+    configs: frozenset = frozenset()  # (ranks, schedule, chunks, micro-batch) measured for calibration
+    runs: tuple[str, ...]
+    cases: int
+
+    def extrapolation(self, n_stages: int, micro_batch: int) -> str:
+        why = []
+        if n_stages not in self.costs:
+            why.append(f"{n_stages} model stages not calibrated (have {','.join(map(str, sorted(self.costs)))})")
+        lo, hi = self.micro_batches
+        if not lo <= micro_batch <= hi:
+            why.append(f"micro-batch {micro_batch} outside the calibrated {lo}..{hi}")
+        return "; ".join(why)
+
+
+def inflight(order: dict) -> dict:
+    """rank -> the most micro-batches whose activations it holds at once (forwards done whose
+    backward (B or I) is not yet), counted along its own action order."""
+    out = {}
+    for r, acts in order.items():
+        held, most = 0, 0
+        for _, kind, _ in acts:
+            held += 1 if kind == "F" else -1 if kind in ("B", "I") else 0
+            most = max(most, held)
+        out[r] = most
+    return out
+
+
+def busiest(order: dict) -> int:
+    return max(len(acts) for acts in order.values())
+
+
+def _durations(costs: dict, order: dict, b: float, extra: float = 0.0) -> dict:
+    kinds = {(s, k) for acts in order.values() for s, k, _ in acts}
+    out = {}
+    for s, k in kinds:
+        if (s, k) in costs:
+            out[(s, k)] = costs[(s, k)].at(b) + extra
+        elif k in ("I", "W") and (s, "B") in costs:  # split backward not measured: half each (assumed)
+            out[(s, k)] = costs[(s, "B")].at(b) / 2 + extra
+        else:
+            raise BenchError(f"no calibrated time for stage {s} action {k}; calibrate with a run of this schedule")
+    return out
+
+
+def fit(obs: list[Observation], order_of) -> Calibration:
+    """order_of(schedule, stages, chunks) -> {rank: [(stage, kind, mb), ...]} (torch's order)."""
+    if not obs:
+        raise BenchError("no pipeline cases to calibrate from; pass pipeline run directories (distbench pipeline ...)")
+    models = sorted({o.model for o in obs})
+    if len(models) > 1:
+        raise BenchError(f"calibration runs mix models {', '.join(models)}; pass runs of one model (--model)")
+    costs, depth = {}, {id(o): model_stages(o.schedule, o.stages) for o in obs}
+    for n in sorted(set(depth.values())):
+        pts: dict = {}
+        for o in obs:
+            if depth[id(o)] == n:
+                for key, t in o.stage_s.items():
+                    pts.setdefault(key, []).append((o.micro_batch, t))
+        costs[n] = {key: fit_line(*zip(*v)) for key, v in pts.items()}
+    per_action, rows, ys = [], [], []
+    for o in obs:
+        order = order_of(o.schedule, o.stages, o.chunks)
+        per_action.append(_overhead(costs[depth[id(o)]], order, o))
+        held = inflight(order)
+        for r, peak in o.peak_bytes.items():
+            rows.append((depth[id(o)], r, held.get(r, 0) * o.micro_batch))
+            ys.append(peak)
+    base, q = _fit_memory(rows, ys)
+    mbs = [o.micro_batch for o in obs]
+    return Calibration(model=models[0], costs=costs, overhead_s=float(np.median(per_action)), base_bytes=base,
+                       bytes_per_inflight_sample=q, micro_batches=(min(mbs), max(mbs)),
+                       ranks=tuple(sorted({o.stages for o in obs})),
+                       configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch) for o in obs),
+                       runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs))
+
+
+def _overhead(costs: dict, order: dict, o: Observation) -> float:
+    """The per-action overhead at which the replay takes the measured step (negative when the
+    fitted compute alone already exceeds it: the fit is then too slow for this case)."""
+    from scipy.optimize import brentq  # lazy: scipy only when a plan is calibrated
+
+    def gap(x):
+        return replay(order, _durations(costs, order, o.micro_batch, x)).step_s - o.step_s
+
+    lo = -min(_durations(costs, order, o.micro_batch).values())
+    hi = max(o.step_s / busiest(order), 1e-9)
+    if gap(lo) >= 0:
+        return lo
+    return float(brentq(gap, lo, hi, xtol=1e-12)) if gap(hi) > 0 else hi
+
+
+def _fit_memory(rows, ys) -> tuple[dict, float]:
+    """peak = base[(model stages, rank)] + q * samples in flight: one intercept per (depth, rank), one slope."""
+    if not rows:
+        return {}, 0.0
+    keys = sorted({(p, r) for p, r, _ in rows})
+    x = np.zeros((len(rows), len(keys) + 1))
+    for i, (p, r, n) in enumerate(rows):
+        x[i, keys.index((p, r))] = 1.0
+        x[i, -1] = n
+    coef, *_ = np.linalg.lstsq(x, np.asarray(ys, float), rcond=None)
+    base: dict = {}
+    for (p, r), v in zip(keys, coef[:-1]):
+        base.setdefault(p, {})[r] = float(v)
+    return base, max(0.0, float(coef[-1]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    stages: int
+    schedule: str
+    chunks: int
+    micro_batch: int
+
+    @property
+    def batch(self) -> int:
+        return self.chunks * self.micro_batch
+
+    @property
+    def label(self) -> str:
+        return f"pp{self.stages} {self.schedule} m={self.chunks} b={self.micro_batch}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    candidate: Candidate
+    step_s: float
+    samples_per_s: float
+    bubble: float  # mean idle share of the step, compute-only replay
+    peak_bytes: float  # max over ranks
+    extrapolated: str  # why, or ""
+
+
+def _scaled_costs(cal: Calibration, n_stages: int) -> dict:
+    """Costs at a model depth that was not calibrated: the nearest calibrated depth's whole-model
+    time per kind, split evenly over `n_stages` (an even balance is assumed)."""
+    if n_stages in cal.costs:
+        return cal.costs[n_stages]
+    near = min(cal.costs, key=lambda p: abs(p - n_stages))
+    have = cal.costs[near]
+    out = {}
+    for k in {k for _, k in have}:
+        lines = [ln for (_, kk), ln in have.items() if kk == k]
+        a, c = sum(ln.a for ln in lines) / n_stages, sum(ln.c for ln in lines) / n_stages
+        for s in range(n_stages):
+            out[(s, k)] = Line(a=a, c=c)
+    return out
+
+
+def predict(cal: Calibration, cand: Candidate, order_of) -> Prediction:
+    order = order_of(cand.schedule, cand.stages, cand.chunks)
+    n = model_stages(cand.schedule, cand.stages)
+    costs = _scaled_costs(cal, n)
+    with_overhead = replay(order, _durations(costs, order, cand.micro_batch, cal.overhead_s))
+    compute = replay(order, _durations(costs, order, cand.micro_batch))
+    held = inflight(order)
+    base = cal.base_bytes.get(n) or (next(iter(cal.base_bytes.values()), {}) if cal.base_bytes else {})
+    fallback = max(base.values()) if base else 0.0
+    peak = max(base.get(r, fallback) + cal.bytes_per_inflight_sample * held[r] * cand.micro_batch for r in held)
+    return Prediction(candidate=cand, step_s=with_overhead.step_s, samples_per_s=cand.batch / with_overhead.step_s,
+                      bubble=compute.mean_bubble, peak_bytes=peak,
+                      extrapolated=cal.extrapolation(n, cand.micro_batch))
+
+
+def recommend(preds: list[Prediction], memory_limit: float | None = None) -> tuple[list[Prediction], list[Prediction]]:
+    """(fitting candidates best first by throughput, those over the memory limit)."""
+    over = [p for p in preds if memory_limit is not None and p.peak_bytes > memory_limit]
+    fit_ = [p for p in preds if p not in over]
+    return sorted(fit_, key=lambda p: -p.samples_per_s), over
+
+
+def mape(pairs) -> float:
+    """Mean absolute percentage error over (predicted, measured) pairs, in percent."""
+    pairs = list(pairs)
+    return 100.0 * float(np.mean([abs(p - m) / m for p, m in pairs])) if pairs else float("nan")
+
+
+def torch_order(schedule: str, stages: int, chunks: int) -> dict:
+    """The action order torch.distributed.pipelining runs for `schedule` on `stages` ranks with
+    `chunks` micro-batches, built without a process group: the multi-stage schedules compute
+    their pipeline_order in __init__ from the stages' indices alone, so placeholder stages
+    (index, count, rank; an nn.Identity as submodule) suffice. GPipe and 1F1B use the order
+    their _step_microbatches executes (bench.strategies.replay), as the trainer does."""
+    sch = scheds.get(schedule)
+    why = sch.rule(stages, chunks)
+    if why:
+        raise BenchError(f"schedule {sch.name} {why}")
+    if sch.per_rank == 1:
+        return (gpipe_order if sch.name == "gpipe" else one_f_one_b_order)(stages, chunks)
+    cls, n = scheds.torch_class(sch.name), stages * sch.per_rank
+    order = {}
+    for r in range(stages):
+        placeholders = [types.SimpleNamespace(stage_index=i, num_stages=n, group_size=stages, group_rank=r,
+                                              is_first=i == 0, is_last=i == n - 1, submod=nn.Identity())
+                        for i in sch.stage_ids(r, stages)]
+        order[r] = cls(placeholders, n_microbatches=chunks, loss_fn=_no_loss).pipeline_order[r]
+    return from_pipeline_order(order)
+
+
+def _no_loss(out, target):  # the placeholder schedules never run
+    return out

@@ -1,0 +1,246 @@
+"""`distbench plan`: calibrate the pipeline model on stored runs, predict every candidate
+(stages, schedule, chunks, micro-batch), recommend under a memory limit, or validate the model
+against measured runs it was not calibrated on. Model: bench.pipeline.plan (every figure it
+prints is a prediction and says so)."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import BenchError
+from bench.pipeline import plan as pl
+from bench.results.schema import conform
+from bench.results.store import latest_run, load_run, write_parquet
+from bench.suite import resolve_suite, tomllib
+from bench.strategies import schedules as scheds
+from bench.units import parse_size
+
+COLUMNS = {"stage_fwd_s": "F", "stage_bwd_s": "B", "stage_bwd_input_s": "I", "stage_bwd_weight_s": "W"}
+
+
+def _ms_list(text) -> list[float]:
+    if text is None or (isinstance(text, float) and math.isnan(text)) or not str(text).strip():
+        return []
+    return [float(x) / 1e3 for x in str(text).split(",") if x.strip()]
+
+
+def observations(run_dirs) -> list[pl.Observation]:
+    """Every measured pipeline case (a results row with per-stage times) of the given runs."""
+    out = []
+    for d in run_dirs:
+        run = load_run(d)
+        res = run.tables.get("results")
+        if res is None or "stage_fwd_s" not in res.columns:
+            raise BenchError(f"run '{d}' has no pipeline cases (no per-stage times); pass runs of distbench pipeline")
+        ranks = run.tables.get("strategy_ranks", pd.DataFrame())
+        for _, row in res.iterrows():
+            stage_s = {}
+            for col, kind in COLUMNS.items():
+                for s, t in enumerate(_ms_list(row.get(col)) if col in res.columns else []):
+                    stage_s[(s, kind)] = t
+            if not stage_s or pd.isna(row.get("step_median_s")):
+                continue
+            mine = ranks[ranks["case_id"] == row["case_id"]] if len(ranks) else ranks
+            peaks = {int(r["rank"]): float(r["peak_bytes"]) for _, r in mine.iterrows()}
+            out.append(pl.Observation(model=str(row["model"]), stages=int(row["world"]), schedule=str(row["schedule"]),
+                                      chunks=int(row["chunks"]), micro_batch=int(row["micro_batch"]),
+                                      step_s=float(row["step_median_s"]), stage_s=stage_s, peak_bytes=peaks,
+                                      case_id=str(row["case_id"]), run_id=str(row["run_id"]), run_dir=str(d),
+                                      bubble=float(row["bubble_measured"]) if "bubble_measured" in res.columns
+                                      and pd.notna(row["bubble_measured"]) else float("nan")))
+    return out
+
+
+def add_parser(sub):
+    p = sub.add_parser("plan", help="pipeline planner: predict and rank layouts/schedules/chunks (model predictions)")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="calibration runs (distbench pipeline)")
+    p.add_argument("--stages", default=None, help="pipeline ranks to consider, comma list (default: calibrated ones)")
+    p.add_argument("--schedules", default=None, help="schedules to consider (default: every one torch ships)")
+    p.add_argument("--chunks", default="1,2,4,8,16", help="micro-batch counts, comma list")
+    p.add_argument("--batch", type=int, default=None, help="mini-batch (default: the calibration runs')")
+    p.add_argument("--memory-limit", default=None, help="per-rank memory limit, e.g. 2G: candidates above are dropped")
+    p.add_argument("--top", type=int, default=5, help="how many recommendations to print")
+    p.add_argument("--validate", nargs="*", default=None, metavar="RUN_DIR",
+                   help="print predicted vs measured and the MAPE on runs not used for calibration; with no "
+                        "RUN_DIR it measures them first (--validate-suite, same model, under --out)")
+    p.add_argument("--validate-suite", default="plan-validate",
+                   help="the suite --validate runs when given no runs (default: plan-validate)")
+    p.add_argument("--out", default="results", help="results root for the validation launch (default results/)")
+    p.add_argument("--format", default="table", help="table | json")
+    p.set_defaults(func=cmd_plan)
+
+
+def _ints(text, what) -> list[int]:
+    try:
+        out = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise BenchError(f"{what} '{text}' is not a comma list of integers, e.g. 1,2,4,8") from None
+    if not out or min(out) < 1:
+        raise BenchError(f"{what} '{text}' must list integers >= 1")
+    return out
+
+
+def candidates(cal: pl.Calibration, stages, schedules, chunks, batch) -> tuple[list[pl.Candidate], list[str]]:
+    out, skipped = [], []
+    for p in stages:
+        for name in schedules:
+            sch = scheds.get(name)
+            for m in chunks:
+                why = sch.rule(p, m) or (f"batch {batch} is not divisible by chunks {m}" if batch % m else None)
+                if why:
+                    skipped.append(f"pp{p} {sch.name} m={m}: {why}")
+                    continue
+                try:
+                    scheds.torch_class(sch.name)
+                except BenchError as e:
+                    skipped.append(f"{sch.name}: {e}")
+                    break
+                out.append(pl.Candidate(stages=p, schedule=sch.name, chunks=m, micro_batch=batch // m))
+    return out, skipped
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:.0f} MiB"
+
+
+def cmd_plan(args) -> int:
+    if args.format not in ("table", "json"):
+        raise BenchError(f"format '{args.format}' is not one of: table, json")
+    limit = parse_size(args.memory_limit) if args.memory_limit else None
+    obs = observations(args.runs)
+    cal = pl.fit(obs, pl.torch_order)
+    if args.validate is not None:
+        return _validate(cal, observations(args.validate or [_measure(args, cal)]), args.format)
+    batch = args.batch or max(o.chunks * o.micro_batch for o in obs)
+    stages = _ints(args.stages, "stages") if args.stages else list(cal.ranks)
+    names = [scheds.canonical(s) for s in args.schedules.split(",")] if args.schedules else list(scheds.SCHEDULES)
+    cands, skipped = candidates(cal, stages, names, _ints(args.chunks, "chunks"), batch)
+    preds = [pl.predict(cal, c, pl.torch_order) for c in cands]
+    best, over = pl.recommend(preds, limit)
+    if args.format == "json":
+        print(json.dumps({"prediction": True, "calibration": {"runs": cal.runs, "cases": cal.cases,
+                                                               "overhead_per_action_s": cal.overhead_s},
+                          "recommended": [_as_dict(p) for p in best[:args.top]],
+                          "over_memory_limit": [_as_dict(p) for p in over], "skipped": skipped}, indent=1))
+        return 0
+    print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on {cal.cases} "
+          f"case(s) of {len(cal.runs)} run(s), model {cal.model}; overhead {cal.overhead_s * 1e6:.0f} us per action")
+    print(f"{'#':>2}  {'candidate':<32} {'step ms':>9} {'samples/s':>10} {'bubble':>7} {'peak/rank':>10}  note")
+    for i, p in enumerate(best[:args.top], 1):
+        print(f"{i:>2}  {p.candidate.label:<32} {p.step_s * 1e3:>9.2f} {p.samples_per_s:>10.1f} {p.bubble:>7.1%} "
+              f"{_mib(p.peak_bytes):>10}  {('extrapolated: ' + p.extrapolated) if p.extrapolated else ''}")
+    if best:
+        print(why(best[0], preds))
+    for p in over:
+        print(f"over --memory-limit {args.memory_limit}: {p.candidate.label} needs {_mib(p.peak_bytes)} per rank")
+    for s in skipped:
+        print(f"not a candidate: {s}")
+    return 0
+
+
+def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
+    """The trade-off behind the pick: the best other micro-batch count of the same schedule and
+    depth (bubble against per-micro-batch cost), and the best other schedule."""
+    c = best.candidate
+    same = [p for p in preds if p is not best and (p.candidate.stages, p.candidate.schedule) == (c.stages, c.schedule)]
+    other = [p for p in preds if p.candidate.schedule != c.schedule]
+    out = [f"why {c.label}: predicted bubble {best.bubble:.0%}"]
+    if same:
+        s = max(same, key=lambda p: p.samples_per_s)
+        trade = ("a smaller bubble does not pay for the smaller, more numerous micro-batches"
+                 if s.candidate.chunks > c.chunks else "a larger bubble")
+        out.append(f"m={s.candidate.chunks}: bubble {s.bubble:.0%}, {best.samples_per_s / s.samples_per_s:.2f}x slower "
+                   f"({trade})")
+    if other:
+        o = max(other, key=lambda p: p.samples_per_s)
+        out.append(f"best other schedule {o.candidate.label}: {best.samples_per_s / o.samples_per_s:.2f}x slower")
+    return "; ".join(out)
+
+
+def _as_dict(p: pl.Prediction) -> dict:
+    return {"stages": p.candidate.stages, "schedule": p.candidate.schedule, "chunks": p.candidate.chunks,
+            "micro_batch": p.candidate.micro_batch, "predicted_step_s": p.step_s,
+            "predicted_samples_per_s": p.samples_per_s, "predicted_bubble": p.bubble,
+            "predicted_peak_bytes": p.peak_bytes, "extrapolated": p.extrapolated}
+
+
+def _measure(args, cal: pl.Calibration) -> Path:
+    """Run the validation suite with the calibrated model (`distbench pipeline`, a launch of its
+    own, its output shown as it runs); returns the new run directory."""
+    suite = resolve_suite(args.validate_suite, "pipeline")
+    name = tomllib.loads(suite.read_text()).get("name", suite.stem)
+    before = latest_run(args.out, name)
+    cmd = [sys.executable, "-m", "bench", "pipeline", "--suite", str(suite), "--model", cal.model, "--out", args.out]
+    print(f"plan: measuring the held-out cases: {' '.join(cmd[1:])}", flush=True)
+    rc = subprocess.call(cmd)
+    after = latest_run(args.out, name)
+    if rc != 0 or after is None or after == before:
+        raise BenchError(f"the validation launch ({' '.join(cmd[2:])}) failed with exit code {rc}; nothing to validate")
+    return after
+
+
+def _store(cal: pl.Calibration, held: list[pl.Observation], rows: list[dict]):
+    """Into each validated run: its cases' predictions beside the measurements, and the ranked
+    recommendation for its mini-batch, as table plan_predictions (the report draws them; a later
+    plan replaces them)."""
+    for d in sorted({o.run_dir for o in held}, key=str):
+        mine = [o for o in held if o.run_dir == d]
+        run_id, batch = mine[0].run_id, max(o.chunks * o.micro_batch for o in mine)
+        cands, _ = candidates(cal, sorted({o.stages for o in mine}), list(scheds.SCHEDULES),
+                              sorted({o.chunks for o in mine} | {1, 2, 4, 8, 16}), batch)
+        best, _ = pl.recommend([pl.predict(cal, c, pl.torch_order) for c in cands])
+        ids = {o.case_id for o in mine}
+        out = [{**{k: v for k, v in r.items() if k not in ("step_error", "peak_error")}, "role": "validation", "rank": 0}
+               for r in rows if r["case_id"] in ids]
+        for i, p in enumerate(best[:5], 1):
+            out.append({"run_id": run_id, "case_id": "", "role": "recommended", "rank": i, **_as_dict(p),
+                        "candidate": p.candidate.label, "why": why(p, best) if i == 1 else ""})
+        for r in out:
+            r["calibration_runs"] = ",".join(cal.runs)
+        write_parquet(conform(pd.DataFrame(out), "plan_predictions"), Path(d) / "plan_predictions.parquet")
+
+
+def _config(o) -> tuple:
+    return (o.stages, o.schedule, o.chunks, o.micro_batch)
+
+
+def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
+    """Held-out cases only: a case of a calibration run, or a configuration (ranks, schedule,
+    chunks, micro-batch) the calibration measured, is left out and counted."""
+    given = len(held)
+    held = [o for o in held if o.run_id not in cal.runs and _config(o) not in cal.configs]
+    if not held:
+        raise BenchError("--validate runs are all calibration runs or configurations; pass measured runs of "
+                         "configurations the model was not fitted on")
+    rows = []
+    for o in held:
+        p = pl.predict(cal, pl.Candidate(stages=o.stages, schedule=o.schedule, chunks=o.chunks,
+                                         micro_batch=o.micro_batch), pl.torch_order)
+        peak = max(o.peak_bytes.values()) if o.peak_bytes else float("nan")
+        rows.append({"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages,
+                     "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
+                     "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
+                     "step_error": p.step_s / o.step_s - 1, "predicted_bubble": p.bubble, "measured_bubble": o.bubble,
+                     "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": peak,
+                     "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated})
+    _store(cal, held, rows)
+    step_mape = pl.mape((r["predicted_step_s"], r["measured_step_s"]) for r in rows)
+    mem_mape = pl.mape((r["predicted_peak_bytes"], r["measured_peak_bytes"]) for r in rows
+                       if not math.isnan(r["measured_peak_bytes"]))
+    if fmt == "json":
+        print(json.dumps({"prediction": True, "cases": rows, "step_mape_pct": step_mape, "peak_mape_pct": mem_mape},
+                         indent=1))
+        return 0
+    print(f"validation: model predictions vs measured, {len(rows)} held-out case(s)"
+          + (f" ({given - len(rows)} left out: calibration runs or configurations)" if given > len(rows) else ""))
+    print(f"{'case':<48} {'pred ms':>9} {'meas ms':>9} {'err':>7} {'pred peak':>10} {'meas peak':>10}")
+    for r in rows:
+        print(f"{r['case_id'][:48]:<48} {r['predicted_step_s'] * 1e3:>9.2f} {r['measured_step_s'] * 1e3:>9.2f} "
+              f"{r['step_error']:>+7.1%} {_mib(r['predicted_peak_bytes']):>10} {_mib(r['measured_peak_bytes']):>10}"
+              f"{'  extrapolated: ' + r['extrapolated'] if r['extrapolated'] else ''}")
+    print(f"step time MAPE {step_mape:.1f}%  peak memory MAPE {mem_mape:.1f}%")
+    return 0

@@ -1,0 +1,215 @@
+"""distbench plan: the calibrated pipeline model recovers known costs exactly, predicts what its
+own replay says, ranks under a memory limit, and reads stored runs."""
+
+import pytest
+
+from bench.errors import BenchError
+from bench.pipeline import plan as pl
+from bench.strategies.replay import gpipe_order, one_f_one_b_order, replay
+
+# Known costs: per stage and action a + c * b seconds; 50 us of schedule overhead per action;
+# memory: 100 MiB base per rank + 4 KiB per in-flight sample.
+TRUE = {(0, "F"): pl.Line(a=1e-3, c=2e-6), (0, "B"): pl.Line(a=2e-3, c=4e-6),
+        (1, "F"): pl.Line(a=1.5e-3, c=3e-6), (1, "B"): pl.Line(a=2.5e-3, c=5e-6)}
+OVERHEAD = 50e-6
+BASE, PER_SAMPLE = {0: 100 * 2**20, 1: 120 * 2**20}, 4096
+
+
+def order_of(schedule, p, m):
+    return gpipe_order(p, m) if schedule == "gpipe" else one_f_one_b_order(p, m)
+
+
+def observe(schedule, m, batch=1024):
+    b = batch // m
+    order = order_of(schedule, 2, m)
+    dur = {k: ln.at(b) + OVERHEAD for k, ln in TRUE.items()}
+    held = pl.inflight(order)
+    return pl.Observation(model="mlp-pipe", stages=2, schedule=schedule, chunks=m, micro_batch=b,
+                          step_s=replay(order, dur).step_s, stage_s={k: ln.at(b) for k, ln in TRUE.items()},
+                          peak_bytes={r: BASE[r] + PER_SAMPLE * held[r] * b for r in held},
+                          case_id=f"{schedule}.m{m}", run_id="cal")
+
+
+CAL = [observe("gpipe", m) for m in (1, 2, 4, 8)] + [observe("1f1b", m) for m in (2, 8)]
+
+
+def test_calibration_recovers_the_known_costs_overhead_and_memory():
+    cal = pl.fit(CAL, order_of)
+    for k, ln in TRUE.items():
+        assert cal.costs[2][k].a == pytest.approx(ln.a, rel=1e-9)
+        assert cal.costs[2][k].c == pytest.approx(ln.c, rel=1e-9)
+    assert cal.overhead_s == pytest.approx(OVERHEAD, rel=1e-6)
+    assert cal.base_bytes[2] == pytest.approx(BASE, rel=1e-9)
+    assert cal.bytes_per_inflight_sample == pytest.approx(PER_SAMPLE, rel=1e-9)
+    assert cal.micro_batches == (128, 1024) and cal.cases == 6
+
+
+def test_a_held_out_case_is_predicted_exactly_when_the_model_holds():
+    cal = pl.fit(CAL, order_of)
+    held = observe("1f1b", 4)
+    p = pl.predict(cal, pl.Candidate(stages=2, schedule="1f1b", chunks=4, micro_batch=256), order_of)
+    assert p.step_s == pytest.approx(held.step_s, rel=1e-6)
+    assert p.peak_bytes == pytest.approx(max(held.peak_bytes.values()), rel=1e-9)
+    assert p.extrapolated == ""
+    assert pl.mape([(p.step_s, held.step_s)]) == pytest.approx(0.0, abs=1e-4)
+
+
+def test_inflight_counts_what_each_rank_holds_at_once():
+    # GPipe holds every micro-batch; 1F1B at most p - r on rank r (Narayanan 2021, sec. 2.2)
+    assert pl.inflight(gpipe_order(2, 8)) == {0: 8, 1: 8}
+    assert pl.inflight(one_f_one_b_order(4, 8)) == {0: 4, 1: 3, 2: 2, 3: 1}
+    assert pl.inflight({0: [(0, "F", 0), (0, "I", 0), (0, "W", 0)]}) == {0: 1}
+
+
+def test_extrapolation_is_marked_with_the_reason():
+    cal = pl.fit(CAL, order_of)
+    p = pl.predict(cal, pl.Candidate(stages=4, schedule="1f1b", chunks=16, micro_batch=64), order_of)
+    assert "4 model stages not calibrated (have 2)" in p.extrapolated
+    assert "micro-batch 64 outside the calibrated 128..1024" in p.extrapolated
+
+
+def test_recommend_ranks_by_throughput_and_drops_what_does_not_fit():
+    cal = pl.fit(CAL, order_of)
+    preds = [pl.predict(cal, pl.Candidate(stages=2, schedule=s, chunks=m, micro_batch=1024 // m), order_of)
+             for s, m in (("gpipe", 1), ("gpipe", 8), ("1f1b", 8))]
+    # GPipe holds the whole mini-batch (1 x 1024 or 8 x 128 samples); 1F1B at most 2 x 128 on rank 0
+    best, over = pl.recommend(preds, memory_limit=120 * 2**20 + PER_SAMPLE * 512)
+    assert [p.candidate.label for p in over] == ["pp2 gpipe m=1 b=1024", "pp2 gpipe m=8 b=128"]
+    assert [p.candidate.label for p in best] == ["pp2 1f1b m=8 b=128"]
+    assert [p.samples_per_s for p in best] == sorted((p.samples_per_s for p in best), reverse=True)
+
+
+def test_mixed_models_and_no_cases_are_refused():
+    with pytest.raises(BenchError, match="no pipeline cases"):
+        pl.fit([], order_of)
+    other = pl.Observation(**{**CAL[0].__dict__, "model": "gpt-tiny"})
+    with pytest.raises(BenchError, match="mix models gpt-tiny, mlp-pipe"):
+        pl.fit([CAL[0], other], order_of)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "looped_bfs", "interleaved_zb", "zbv",
+                                      "dualpipev"])
+def test_torch_order_is_built_without_a_process_group_for_every_schedule(schedule):
+    """Each rank's order holds every (stage, micro-batch) of its stages once per action kind."""
+    from bench.strategies import schedules as scheds
+
+    p, m = 2, 4
+    order = pl.torch_order(schedule, p, m)
+    sch = scheds.get(schedule)
+    assert sorted(order) == list(range(p))
+    for r, acts in order.items():
+        for s in sch.stage_ids(r, p):
+            for kind in ("F",):
+                assert sorted(i for st, k, i in acts if st == s and k == kind) == list(range(m))
+            backs = sorted(i for st, k, i in acts if st == s and k in ("B", "W"))
+            assert backs == list(range(m))  # every micro-batch's backward ends with B or W
+    assert replay(order, {(s, k): 1.0 for s in range(p * sch.per_rank) for k in "FBIW"}).step_s > 0
+
+
+def test_torch_order_refuses_what_the_schedule_cannot_run():
+    with pytest.raises(BenchError, match="dualpipev needs chunks >= pipeline stages"):
+        pl.torch_order("dualpipev", 2, 2)
+
+
+# --- the command, on stored runs ---------------------------------------------------------------
+
+import json  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from bench.cli import main  # noqa: E402
+
+
+def stored(tmp_path, name, observations):
+    """A run directory as distbench pipeline writes it (the columns the planner reads)."""
+    d = tmp_path / name
+    d.mkdir()
+    rows, ranks = [], []
+    for o in observations:
+        n = 1 + max(s for s, _ in o.stage_s)
+        ms = {k: ",".join(f"{o.stage_s[(s, k)] * 1e3:.9f}" for s in range(n)) for k in ("F", "B")}
+        rows.append({"run_id": name, "case_id": o.case_id, "model": o.model, "world": o.stages,
+                     "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
+                     "step_median_s": o.step_s, "stage_fwd_s": ms["F"], "stage_bwd_s": ms["B"]})
+        ranks += [{"run_id": name, "case_id": o.case_id, "rank": r, "peak_bytes": b} for r, b in o.peak_bytes.items()]
+    pd.DataFrame(rows).to_parquet(d / "results.parquet")
+    pd.DataFrame(ranks).to_parquet(d / "strategy_ranks.parquet")
+    (d / "meta.json").write_text(json.dumps({"run_id": name, "kind": "pipeline", "suite": "pipeline"}))
+    return d
+
+
+def test_plan_recommends_from_stored_runs_and_says_they_are_predictions(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "1,2,4,8", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("PREDICTIONS of the pipeline model")
+    assert "calibrated on 6 case(s) of 1 run(s), model mlp-pipe; overhead 50 us per action" in out
+    assert len([ln for ln in out.splitlines() if ln[:2].strip().isdigit()]) == 3
+    assert "not a candidate: pp2 1f1b m=1: needs chunks >= stages" in out
+
+
+def test_validate_prints_predicted_vs_measured_and_the_mape(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["prediction"] is True and len(got["cases"]) == 1
+    assert got["step_mape_pct"] == pytest.approx(0.0, abs=1e-3)
+    assert got["peak_mape_pct"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan", "{missing}"], "run directory '{missing}' does not exist"),
+    (["plan", "{cal}", "--chunks", "4,x"], "chunks '4,x' is not a comma list of integers"),
+    (["plan", "{cal}", "--schedules", "gpipe,zb"], "unknown schedule 'zb'"),
+    (["plan", "{cal}", "--validate", "{cal}"], "--validate runs are all calibration runs or configurations"),
+    (["plan", "{cal}", "--format", "csv"], "format 'csv' is not one of: table, json"),
+    (["plan", "{empty}"], "has no pipeline cases"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    paths = {"missing": tmp_path / "nope", "cal": stored(tmp_path, "cal", CAL), "empty": tmp_path / "empty"}
+    (tmp_path / "empty").mkdir()
+    pd.DataFrame([{"run_id": "e", "case_id": "c", "time_median_s": 1.0}]).to_parquet(tmp_path / "empty" / "results.parquet")
+    argv = [a.format(**paths) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message.format(**paths) in err
+
+
+def test_validate_without_runs_measures_the_held_out_suite_first(tmp_path, capsys, monkeypatch):
+    """--validate alone launches `distbench pipeline --suite plan-validate --model <calibrated>`
+    and validates on the run it wrote (the launch is faked: it writes a held-out run)."""
+    from bench.pipeline import plan_cli
+
+    cal = stored(tmp_path, "cal", CAL)
+    calls = []
+
+    def launch(cmd):
+        calls.append(cmd)
+        out = tmp_path / "out" / "plan-validate"
+        out.mkdir(parents=True)
+        stored(out, "20261204T000000Z-held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+        return 0
+
+    monkeypatch.setattr(plan_cli.subprocess, "call", launch)
+    assert main(["plan", str(cal), "--validate", "--out", str(tmp_path / "out")]) == 0
+    assert calls[0][2:5] == ["bench", "pipeline", "--suite"] and calls[0][-4:] == ["--model", "mlp-pipe", "--out",
+                                                                                 str(tmp_path / "out")]
+    out = capsys.readouterr().out
+    assert "validation: model predictions vs measured, 1 held-out case(s)" in out
+    assert "step time MAPE 0.0%" in out
+
+
+def test_validation_is_stored_in_the_run_and_drawn_in_its_report(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held)]) == 0
+    got = pd.read_parquet(held / "plan_predictions.parquet")
+    assert got["role"].tolist()[0] == "validation" and got["case_id"].tolist()[0] == "1f1b.m4"
+    rec = got[got["role"] == "recommended"]
+    assert rec["rank"].tolist() == list(range(1, len(rec) + 1)) and rec["why"].iloc[0].startswith("why pp2")
+    assert set(got["calibration_runs"]) == {"cal"}
+    assert main(["report", str(held), "-o", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "pipeline_plan_predicted_vs_measured.png").exists()
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "planner recommendation (model predictions, best first)" in html
