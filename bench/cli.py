@@ -164,6 +164,9 @@ def main(argv=None) -> int:
         print("distbench: interrupted; finished cases are kept", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - an internal error: one line unless --debug
+        if isinstance(e, OSError) and e.filename and not debug:  # a path the system refused: name it
+            print(f"distbench: error: {_rank_prefix()}'{e.filename}': {e.strerror or type(e).__name__}", file=sys.stderr)
+            return USAGE_EXIT
         if debug:
             raise
         print(f"distbench: internal error: {_rank_prefix()}{type(e).__name__}: {e} (run with --debug for the "

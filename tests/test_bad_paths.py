@@ -164,3 +164,31 @@ def test_import_of_an_unreadable_file(tmp_path, capsys):
     line = _one_line(capsys)
     assert rc == 2 and str(f) in line and "cannot read it" in line
     json.dumps(line)  # one plain line
+
+
+def test_a_path_the_system_refuses_is_named(paths, capsys, monkeypatch):
+    """Wherever a reader meets a path it may not read (EACCES deep in pyarrow or pathlib), the one
+    line names that path and the system's reason, exit 2: never an internal error."""
+    import bench.report.cli as report_cli
+
+    def refuse(path, *a, **k):
+        raise PermissionError(13, "Permission denied", str(Path(path) / "results.parquet"))
+
+    monkeypatch.setattr(report_cli, "load_run", refuse)
+    rc = main(["show", str(paths["good"])])
+    line = _one_line(capsys)
+    assert rc == 2 and f"'{paths['good'] / 'results.parquet'}': Permission denied" in line
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads directories of any mode")
+@pytest.mark.parametrize("command", ["show", "compare A", "export", "report"])
+def test_an_unreadable_run_directory(command, paths, tmp_path, capsys):
+    d = tmp_path / "s" / "r"
+    shutil.copytree(paths["good"], d)
+    d.chmod(0)
+    try:
+        rc = main(COMMANDS[command](d, paths["good"], tmp_path))
+        line = _one_line(capsys)
+        assert rc == 2 and str(d) in line, line
+    finally:
+        d.chmod(0o755)

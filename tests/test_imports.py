@@ -280,6 +280,10 @@ def test_several_files_make_one_run_and_bad_out_is_one_line(tmp_path, capsys):
     assert sorted(res["world"].unique()) == [4, 8]
     meta = json.loads((run_dir / "meta.json").read_text())
     assert sorted(meta["launches"]) == ["4", "8"] and len(meta["source"]["files"]) == 2
+    rc = main(["import", "nccl-tests", str(TEXT), "--world", "2", "--out", str(tmp_path / "r2")])
+    _one_line_error(capsys, rc, "lists 8 ranks", "--world 2 disagrees")
+    rc = main(["import", "param", str(PARAM), "--suite", "../up", "--out", str(tmp_path / "r2")])
+    _one_line_error(capsys, rc, "--suite '../up'")
     f = tmp_path / "file"
     f.write_text("x")
     rc = main(["import", "nccl-tests", str(TEXT), "--out", str(f)])

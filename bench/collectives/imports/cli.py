@@ -1,6 +1,7 @@
 """`distbench import nccl-tests FILE...` and `distbench import param FILE...`: other tools' results
 become one stored run of the collectives kind (bench.collectives.imports)."""
 
+import re
 import sys
 
 from bench.collectives.imports import nccl_tests, param, store
@@ -39,6 +40,9 @@ def cmd_import(args) -> int:
     mod = TOOLS[args.tool]
     if args.world is not None and args.world < 1:
         raise BenchError(f"--world {args.world} must be >= 1")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.suite):
+        raise BenchError(f"--suite '{args.suite}': a suite name is letters, digits, '_', '.' and '-' (it names the "
+                         "directory under --out)")
     parsed = [_parse(mod, f, args) for f in args.files]
     path = store(parsed, tool=mod.TOOL, definitions=mod.DEFINITIONS, out=args.out, suite=args.suite,
                  argv=["distbench", *sys.argv[1:]] if sys.argv[1:2] == ["import"] else None)

@@ -162,6 +162,8 @@ def parse_text(text: str, path: str, collective: str | None = None, world: int |
     if name is None:
         raise BenchError(f"'{path}': does not say which collective it ran (no '# Collective test starting' line "
                          "and no command line); give --collective NAME (e.g. all_reduce)")
+    if world and ranks and world != len(ranks):
+        raise BenchError(f"'{path}' lists {len(ranks)} ranks ('#  Rank' lines); --world {world} disagrees")
     out.world = world or (len(ranks) if ranks else None)
     if out.world is None and params:
         out.world = int(params.group(1)) * int(params.group(2))
@@ -277,6 +279,9 @@ def parse_json(text: str, path: str, collective: str | None = None, world: int |
     devs = cfg.get("devices") or []
     # one device record per process (util.cu parses each process's first '#  Rank' line)
     per_proc = int(cfg.get("nthreads") or 1) * int(cfg.get("ngpus") or 1)
+    if world and devs and world != len(devs) * per_proc:
+        raise BenchError(f"'{path}' lists {len(devs) * per_proc} ranks (config.devices x nthreads x ngpus); "
+                         f"--world {world} disagrees")
     out.world = world or (len(devs) * per_proc if devs else None)
     if not out.world:
         raise BenchError(f"'{path}': no config.devices: cannot tell how many ranks ran; give --world N")

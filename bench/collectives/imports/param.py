@@ -120,6 +120,8 @@ def parse(path, collective: str | None = None, world: int | None = None) -> Pars
         if skipped:
             raise BenchError(f"'{path}': only {', '.join(sorted(skipped))}: no collective results to import")
         raise BenchError(f"'{path}': not PARAM comms output (no 'COMMS-RES' results table found)")
+    if world and out.world and world != out.world:
+        raise BenchError(f"'{path}' says world_size {out.world}; --world {world} disagrees")
     out.world = world or out.world
     if not out.world:
         raise BenchError(f"'{path}': does not say the world size (no \"PARAM COMM environment: {{'world_size': N\" "
