@@ -423,3 +423,14 @@ def test_report_gets_a_history_section_when_the_suite_has_several_runs(tmp_path)
     assert "slower x1.5" in html and "detection, not proof" in html
     one = gen.generate(tmp_path / "single", 1)
     assert 'id="history"' not in build_report(one, tmp_path / "rep1").read_text()
+
+
+def test_bisect_keep_stores_the_launches_and_a_refusal_leaves_none(tmp_path, monkeypatch, capsys):
+    repo, shas = make_repo(tmp_path, commits=7, slow_at=1)
+    (tmp_path / "step.py").write_text(STEP)
+    monkeypatch.chdir(repo)
+    kept = tmp_path / "kept"
+    found = bs.bisect("HEAD~6", "HEAD", "suites/tiny.toml", hs.Target(group="all_reduce"), pairs=2, log=lambda m: None,
+                      run=fake_run, step_cmd=[sys.executable, str(tmp_path / "step.py")], keep=kept)
+    assert found.commit == shas[1]
+    assert len(list((kept / "smoke").iterdir())) == 4  # GOOD and BAD, 2 pairs (the fake step launches nothing)

@@ -210,7 +210,9 @@ def bisect(good: str, bad: str, suite, target, *, pairs: int = DEFAULT_PAIRS, mi
                 ix.git("worktree", "add", "--detach", "--force", str(tree), b, cwd=top)
                 log(f"# bisect: measuring BAD {b[:12]} against GOOD {g[:12]} ({pairs} pair(s))")
                 runs = Path(keep).resolve() if keep else tmp / "runs"
-                end = measure(kind, suite_rel, suite_abs, good_tree, tree, b, pairs, runs, target,
+                # GOOD against BAD goes to the temporary directory: a refusal below (unknown target, BAD
+                # not slower) leaves nothing on disk; kept runs are copied to KEEP once the bisect starts
+                end = measure(kind, suite_rel, suite_abs, good_tree, tree, b, pairs, tmp / "runs-end", target,
                               run=run, log=log)
                 if end.ratio < min_ratio:
                     raise BenchError(f"BAD {bad} ({b[:12]}) measured x{end.ratio:.3f} against GOOD {good} for "
@@ -222,6 +224,8 @@ def bisect(good: str, bad: str, suite, target, *, pairs: int = DEFAULT_PAIRS, mi
                         "case": target.case, "group": target.group, "size_bytes": target.size_bytes,
                         "out": str(runs), "log": str(tmp / "steps.jsonl")}
                 (tmp / "spec.json").write_text(json.dumps(spec))
+                if keep:
+                    shutil.copytree(tmp / "runs-end", runs, dirs_exist_ok=True)
                 ix.git("bisect", "start", b, g, cwd=tree)
                 started = True
                 code = _bench_code_dir()
