@@ -321,7 +321,8 @@ import bench.kinds
 from bench.results import bisect as bs, history as hs
 
 def run(kind, suite, out, cwd=None, env=None, ok_codes=(0,)):
-    times = {{(c, s): 1e-3 * (2 if (Path(cwd) / "SLOW").exists() else 1) for c, _ in gen.CASES for s in gen.SIZES}}
+    slow = (Path(cwd) / "SLOW").exists()
+    times = {{(c, s): 1e-3 * (2 if slow and c == "all_reduce" else 1) for c, _ in gen.CASES for s in gen.SIZES}}
     return gen.write_run(out, f"{{Path(out).name}}{{len(list(Path(out).glob('*/*')))}}", "x", datetime.now(timezone.utc), times)
 
 bs.bisect("HEAD~4", "HEAD", "suites/tiny.toml", hs.Target(group="all_reduce"), pairs=1, log=print,
@@ -434,3 +435,17 @@ def test_bisect_keep_stores_the_launches_and_a_refusal_leaves_none(tmp_path, mon
                       run=fake_run, step_cmd=[sys.executable, str(tmp_path / "step.py")], keep=kept)
     assert found.commit == shas[1]
     assert len(list((kept / "smoke").iterdir())) == 4  # GOOD and BAD, 2 pairs (the fake step launches nothing)
+
+
+def test_bisect_value_is_the_target_against_the_rest_of_its_launch():
+    def rows(run_id, ar, bc, extra=()):
+        return [{"run_id": run_id, "kind": "collectives", "case_id": cid, "collective": coll, "size_bytes": s,
+                 "placement": "in-place", "world": 2, "time_median_s": t * (i + 1)}
+                for coll, cid, t in (("all_reduce", AR_CASE, ar), ("broadcast", BC_CASE, bc), *extra)
+                for i, s in enumerate(gen.SIZES)]
+
+    df = pd.DataFrame(rows("a", 1.0, 1.0) + rows("b", 2.0, 2.0) + rows("c", 3.0, 1.0))
+    v = bs._value(df, hs.Target(group="all_reduce"))
+    assert v == {"a": pytest.approx(1.0), "b": pytest.approx(1.0), "c": pytest.approx(3.0)}  # b: the whole launch
+    only = pd.DataFrame([r for r in rows("a", 1.0, 1.0) + rows("b", 2.0, 1.0) if r["collective"] == "all_reduce"])
+    assert bs._value(only, hs.Target(group="all_reduce")) == {"a": pytest.approx(2 ** 0.5), "b": pytest.approx(2 * 2 ** 0.5)}
