@@ -380,7 +380,7 @@ check = 1
 @pytest.mark.slow
 def test_bisect_real_launches_finds_the_committed_slowdown(tmp_path, monkeypatch, capsys):
     """About 8 launches (1 pair for GOOD..BAD, then ~3 bisect steps). The throwaway repository holds this distbench (bench/) and a tiny suite; commit HEAD~5 adds a
-    sitecustomize.py that sets DISTBENCH_TEST_SLOWDOWN=all_reduce=2 (each revision's tree is on
+    sitecustomize.py that sets DISTBENCH_TEST_SLOWDOWN=all_reduce=4 (a step far above launch noise with one pair; each revision's tree is on
     PYTHONPATH, so its launches import it). The bisect must name that commit; `history` over the
     runs stored at each commit flags the step there."""
     import shutil
@@ -396,7 +396,7 @@ def test_bisect_real_launches_finds_the_committed_slowdown(tmp_path, monkeypatch
         (repo / "log.txt").write_text(f"commit {i}\n")
         if i == 1:
             (repo / "sitecustomize.py").write_text(
-                'import os\nos.environ.setdefault("DISTBENCH_TEST_SLOWDOWN", "all_reduce=2")\n')
+                'import os\nos.environ.setdefault("DISTBENCH_TEST_SLOWDOWN", "all_reduce=4")\n')
         _git(repo, "add", "-A")
         _git(repo, "commit", "-qm", f"commit {i}" + (" (all_reduce slower)" if i == 1 else ""))
         shas.append(_git(repo, "rev-parse", "HEAD"))
