@@ -34,7 +34,7 @@ opt = $(if $(strip $(2)),$(1) $(2))
 
 help:
 	@echo "make bench-collectives [SUITE=suites/x.toml WORLD=2 SIZES=4K,1M ARGS=...]"
-	@echo "make bench-allreduce | bench-pipeline CHUNKS=1,4,8 | bench-strategies | gpu-smoke"
+	@echo "make bench-allreduce | bench-pipeline CHUNKS=1,4,8 [TP=2 DP=2 FSDP=2] | bench-strategies | gpu-smoke"
 	@echo "make test"
 	@echo "make gate [SUITE=...] | gate-ab AGAINST=REV [PAIRS=5 SUITE=...]"
 
@@ -65,7 +65,7 @@ bench-allreduce: $(DEPS)
 	$(DISTBENCH) allreduce --suite $(or $(SUITE),suites/allreduce.toml) $(call opt,--nproc,$(WORLD)) $(call opt,--sizes,$(SIZES)) $(ARGS)
 
 bench-pipeline: $(DEPS)
-	$(DISTBENCH) pipeline --suite $(or $(SUITE),suites/pipeline.toml) $(call opt,--chunks,$(CHUNKS)) $(call opt,--schedule,$(SCHEDULE)) $(call opt,--stages,$(STAGES)) $(call opt,--checkpoint,$(CHECKPOINT)) $(call opt,--micro-batch,$(MICRO_BATCH)) $(ARGS)
+	$(DISTBENCH) pipeline --suite $(or $(SUITE),suites/pipeline.toml) $(call opt,--chunks,$(CHUNKS)) $(call opt,--schedule,$(SCHEDULE)) $(call opt,--stages,$(STAGES)) $(call opt,--checkpoint,$(CHECKPOINT)) $(call opt,--micro-batch,$(MICRO_BATCH)) $(call opt,--tp,$(TP)) $(call opt,--dp,$(DP)) $(call opt,--fsdp,$(FSDP)) $(ARGS)
 
 bench-strategies: $(DEPS)
 	$(DISTBENCH) strategies --suite $(or $(SUITE),suites/strategies.toml) $(call opt,--nproc,$(WORLD)) $(ARGS)

@@ -144,7 +144,7 @@ def test_units_per_world_and_the_launcher_world():
         units, _ = KIND.units(cfg, w, {})
         assert units and {u.world for u in units} == {w} and units == KIND.units(cfg, w, {})[0]
     assert KIND.at_world(cfg, 2).stages == (2,) and tuple(KIND.worlds(KIND.at_world(cfg, 2))) == (2,)
-    with pytest.raises(BenchError, match=r"world 3 is not stages x tp of this suite .*pass --stages 3"):
+    with pytest.raises(BenchError, match=r"world 3 is not stages x tp of this suite: pp\(1\) = 1 != world\(3\); pp\(2\) = 2 != world\(3\); pass --stages 3"):
         KIND.at_world(cfg, 3)  # the suite cannot run at a world that is not stages x tp
 
 
@@ -156,7 +156,13 @@ CLI_CASES = [
     (["pipeline", "--schedule", "1f1c"], "unknown schedule '1f1c' (did you mean '1f1b'?)"),
     (["pipeline", "--model", "mlp-tinny"], "unknown model preset 'mlp-tinny' (did you mean 'mlp-tiny'?)"),
     (["pipeline", "--model", "mlp-tiny", "--balance", "1,1"], "balance 1,1 sums to 2"),
-    (["pipeline", "--nproc", "3"], "world 3 is not stages x tp of this suite (stages 2 x tp 1 = 2); pass --stages 3"),
+    (["pipeline", "--nproc", "3"], "world 3 is not stages x tp of this suite: pp(2) = 2 != world(3); pass --stages 3"),
+    (["pipeline", "--tp", "2", "--dp", "2", "--nproc", "4"],
+     "world 4 is not stages x dp x tp of this suite: pp(2) * dp(2) * tp(2) = 8 != world(4); choose a world of stages x 4"),
+    (["pipeline", "--tp", "3"], "tp degree 3 does not divide width 512 of mlp-pipe"),
+    (["pipeline", "--dp", "3"], "batch 4096 is not divisible by dp(3); choose a multiple of 3"),
+    (["pipeline", "--fsdp", "0"], "fsdp 0 must be >= 1"),
+    (["pipeline", "--tp", "2,4"], "tp takes one value, got 2,4"),
     (["pipeline", "--checkpoint", "sometimes"], "unknown checkpoint mode 'sometimes'"),
 ]
 

@@ -198,3 +198,18 @@ def test_validate_without_runs_measures_the_held_out_suite_first(tmp_path, capsy
     out = capsys.readouterr().out
     assert "validation: model predictions vs measured, 1 held-out case(s)" in out
     assert "step time MAPE 0.0%" in out
+
+
+def test_validation_is_stored_in_the_run_and_drawn_in_its_report(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held)]) == 0
+    got = pd.read_parquet(held / "plan_predictions.parquet")
+    assert got["role"].tolist()[0] == "validation" and got["case_id"].tolist()[0] == "1f1b.m4"
+    rec = got[got["role"] == "recommended"]
+    assert rec["rank"].tolist() == list(range(1, len(rec) + 1)) and rec["why"].iloc[0].startswith("why pp2")
+    assert set(got["calibration_runs"]) == {"cal"}
+    assert main(["report", str(held), "-o", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "pipeline_plan_predicted_vs_measured.png").exists()
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "planner recommendation (model predictions, best first)" in html

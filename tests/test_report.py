@@ -245,3 +245,21 @@ def test_report_defaults_to_latest_run_of_each_kind(stored, tmp_path, capsys):
 def test_errors_are_bench_errors():
     with pytest.raises(BenchError):
         runs_mod.resolve_run_dir("/definitely/not/here")
+
+
+def test_report_opens_with_a_headline_card_per_kind(full_report):
+    """Issue 23: the answer first (a plot and a short table per kind, each from the kind's own
+    Report.headline), then the run metadata and honesty flags folded, then the details."""
+    html = full_report.read_text()
+    glance, runs = html.index('<section id="glance">'), html.index('<section id="runs">')
+    assert glance < runs < html.index('<section id="collectives">')
+    assert '<details class="runs">' in html  # folded (not open) when headlines lead the page
+    cards = html[glance:runs].split('<div class="card')[1:]
+    assert len(cards) == 4
+    for card, kind, img, words in zip(cards, ("collectives", "allreduce", "pipeline", "strategies"),
+                                      ("headline_collectives_busbw.png", "headline_allreduce_busbw.png",
+                                       "headline_pipeline_throughput.png", "headline_strategies_throughput.png"),
+                                      ("peak busbw", "peak busbw", "bubble", "samples/s")):
+        assert f'href="#{kind}"' in card and card.count("<img ") == 1 and img in card and "<table" in card, kind
+        assert words in card, kind
+    assert "flags)" in html[runs:runs + 400]  # the folded summary counts the honesty flags

@@ -33,8 +33,12 @@ window.addEventListener('load', function () {
   var bad = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); }).map(function (i) { return i.getAttribute('src'); });
   var out = document.createElement('pre');
   out.id = 'probe-result';
+  var heads = imgs.filter(function (i) { return (i.getAttribute('src') || '').indexOf('headline_') === 0; });
   out.textContent = JSON.stringify({images: imgs.length, bad: bad, errors: window.__errors,
-                                    widths: imgs.map(function (i) { return i.naturalWidth; })});
+                                    widths: imgs.map(function (i) { return i.naturalWidth; }),
+                                    viewport: [window.innerWidth, window.innerHeight],
+                                    headlines: heads.map(function (i) { var r = i.getBoundingClientRect();
+                                      return [i.getAttribute('src'), Math.round(r.top), Math.round(r.bottom)]; })});
   document.body.appendChild(out);
 });
 </script>"""
@@ -80,7 +84,8 @@ def test_report_in_chromium(tmp_path):
     probe = index.parent / "probe.html"  # beside index.html, so relative image paths resolve the same way
     probe.write_text(html.replace("<head>", "<head>\n" + PROBE, 1), encoding="utf-8")
 
-    res = _run(browser, ["--virtual-time-budget=15000", "--dump-dom", probe.as_uri()], tmp_path, "probe")
+    res = _run(browser, ["--window-size=1400,900", "--virtual-time-budget=15000", "--dump-dom", probe.as_uri()],
+               tmp_path, "probe")
     m = re.search(r'<pre id="probe-result">(.*?)</pre>', res.stdout, re.S)
     assert m, f"the page never finished loading in Chromium (rc {res.returncode}): {res.stderr[-2000:]}"
     result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
@@ -91,6 +96,12 @@ def test_report_in_chromium(tmp_path):
     assert result["errors"] == [], f"page errors: {result['errors']}"
     assert [e for e in _console_errors(res.stderr) if "probe-result" not in e] == []
     assert "alert(" not in "".join(result["errors"])  # the hostile command line never ran
+    # the first screen (1400 px wide) answers: one headline plot per kind, wholly in view
+    width, height = result["viewport"]
+    heads = result["headlines"]
+    assert sorted(h[0] for h in heads) == ["headline_allreduce_busbw.png", "headline_collectives_busbw.png",
+                                           "headline_pipeline_throughput.png", "headline_strategies_throughput.png"]
+    assert width >= 1300 and all(0 <= top and bottom <= height for _, top, bottom in heads), (result["viewport"], heads)
 
     # the page as shipped (no probe): no console error either, and a screenshot to keep
     shot = tmp_path / "report-screenshot.png"

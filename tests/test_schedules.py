@@ -117,6 +117,21 @@ def test_cases_a_schedule_cannot_run_are_refused(kw, message):
     assert message in str(e.value)
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--schedule", "dualpipev", "--chunks", "2"], "schedule dualpipev needs chunks >= pipeline stages (2 x 2 ranks = 4)"),
+    (["--schedule", "zbv", "--chunks", "4", "--model", "mlp-tiny", "--stages", "4"],
+     "mlp-tiny has 4 layers, fewer than the 8 pipeline stages"),
+    (["--schedule", "zbvzerobubbl"], "unknown schedule 'zbvzerobubbl' (did you mean"),
+])
+def test_refused_before_the_launch_one_line_exit_2(argv, message, tmp_path, capsys):
+    from bench.cli import main
+    from conftest import assert_usage_error
+
+    out = tmp_path / "results"
+    rc = main(["pipeline", *argv, "--out", str(out)])
+    assert_usage_error(rc, capsys.readouterr().err, message, out)
+
+
 def test_every_schedule_expands():
     cfg = PipelineConfig(model="timed", stages=(2, 4), chunks=(8,), batch=16, schedules=S.SCHEDULES)
     cases, notes = expand_pipeline(cfg)

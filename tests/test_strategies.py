@@ -35,7 +35,13 @@ VARIANTS = {
 
 
 def world_of(name: str) -> int:
-    return 1 if REGISTRY.get(name).single_process else 2
+    s = REGISTRY.get(name)
+    return 1 if s.single_process else s.min_world
+
+
+# Composed layouts (bench.strategies.composed) run at world 4 / 8: tests/test_layouts.py checks them
+# in one launch; the per-strategy launches here cover the single strategies.
+SINGLE = [n for n in REGISTRY.names() if not REGISTRY.get(n).composed]
 
 
 def cases_of(name: str) -> list[tuple[str, dict]]:
@@ -59,7 +65,7 @@ def test_variants_name_registered_strategies():
     assert set(VARIANTS) <= set(REGISTRY.names())
 
 
-@pytest.mark.parametrize("strategy", REGISTRY.names())
+@pytest.mark.parametrize("strategy", SINGLE)
 def test_one_step_matches_single_process(strategy):
     cases = cases_of(strategy)
     res = spawn(_one_step_each, world_of(strategy), strategy, cases)
@@ -84,13 +90,13 @@ def test_every_strategy_states_itself(strategy):
     assert isinstance(dims, ParallelDims) and dims.dp * dims.tp * dims.pp == dims.world == w
     for preset in PRESETS:
         case = CaseSpec(strategy=strategy, model=preset, world=w, batch=8,
-                        **({"chunks": 2, "schedule": "gpipe"} if strategy == "pp" else {}))
+                        **({"chunks": 2, "schedule": "gpipe"} if "pp" in strategy else {}))
         assert s.check(get_spec(preset), case) is None, f"{strategy} skips a plain {preset} case"
 
 
 @pytest.mark.parametrize("strategy", REGISTRY.names())
 def test_default_config_expands_every_strategy_at_its_world(strategy):
-    cfg = StrategiesConfig(strategies=(strategy,), models=PRESETS, batch=8, chunks=2)
+    cfg = StrategiesConfig(strategies=(strategy,), models=PRESETS, batch=8, chunks=2, layout_world=(world_of(strategy),))
     cases, _ = expand_strategies(cfg)
     assert {(c.strategy, c.model, c.world) for c in cases} == {(strategy, p, world_of(strategy)) for p in PRESETS}
     assert set(KIND.worlds(cfg)) == {world_of(strategy)}
@@ -103,14 +109,14 @@ def test_default_config_runs_every_registered_strategy():
 
 
 def test_parallel_dims_arithmetic_and_errors():
-    d = ParallelDims(world=8, dp=2, tp=2, pp=2)
+    d = ParallelDims(world=8, dp_replicate=2, tp=2, pp=2)
     assert d.local_batch(32) == 16
-    with pytest.raises(BenchError, match=r"dp\(2\) \* tp\(1\) \* pp\(2\) = 4 != world_size\(8\)"):
-        ParallelDims(world=8, dp=2, pp=2)
+    with pytest.raises(BenchError, match=r"pp\(2\) \* dp\(2\) = 4 != world\(8\)"):
+        ParallelDims(world=8, dp_replicate=2, pp=2)
     with pytest.raises(BenchError, match="tp 0 must be >= 1"):
-        ParallelDims(world=2, dp=2, tp=0)
+        ParallelDims(world=2, dp_replicate=2, tp=0)
     with pytest.raises(BenchError, match=r"batch 7 is not divisible by dp\(2\); choose a multiple of 2"):
-        ParallelDims(world=2, dp=2).local_batch(7)
+        ParallelDims(world=2, dp_shard=2).local_batch(7)
 
 
 def test_dp_on_cpu_is_flagged_pass_through():
@@ -192,9 +198,13 @@ def test_prefetched_batch_is_the_one_the_timed_step_uses():
     assert Trainer.next_batch(t) == ("x2", "y2")  # without a prefetch it still loads
 
 
-@pytest.mark.parametrize("first, last, loads", [(True, False, 1), (False, False, 0), (False, True, 1)])
-def test_only_first_and_last_pipeline_stages_load_data(first, last, loads):
-    t = SimpleNamespace(batches=_Loader(), _next=None, first=first, last=last, ctx=SimpleNamespace(device="cpu"))
+@pytest.mark.parametrize("first, last, dp, loads", [(True, False, 1, 1), (False, False, 1, 0), (False, True, 1, 1),
+                                                     (False, False, 2, 1)])
+def test_only_first_and_last_pipeline_stages_load_data(first, last, dp, loads):
+    """A middle stage loads nothing, unless the pipeline is one of several data-parallel ones: then
+    every rank loads its slice (the reference check gathers the global mini-batch from them)."""
+    t = SimpleNamespace(batches=_Loader(), _next=None, first=first, last=last, ctx=SimpleNamespace(device="cpu"),
+                        dims=ParallelDims(world=2 * dp, pp=2, dp_replicate=dp))
     PPTrainer.prefetch(t)
     assert t.batches.calls == loads
     assert (t._next == (None, None)) == (loads == 0)

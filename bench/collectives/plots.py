@@ -161,7 +161,7 @@ def _own_and_peers(entries: list[Entry]) -> tuple[pd.DataFrame, pd.DataFrame]:
         df = table(es, "results")
         if df.empty or "collective" not in df:
             return pd.DataFrame()
-        return df.assign(_tool=df["_label"].map(tool).fillna("distbench"))
+        return df.assign(_tool=[tool.get(lab, "distbench") for lab in df["_label"]])
 
     return frame(own), frame(peers)
 

@@ -7,6 +7,7 @@ from bench.strategies.config import CaseSpec
 from bench.strategies.dims import ParallelDims
 from bench.strategies.pp import CHECKPOINTS, validate
 from bench.strategies.schedules import canonical, torch_class
+from bench.strategies.tp import validate as tp_validate
 from bench.suite import RunConfig, at_least
 from bench.workloads.models import get_spec
 
@@ -18,9 +19,11 @@ class PipelineConfig(RunConfig):
     name: str = "pipeline"
     description: str = ""
     model: str = "mlp-pipe"  # preset (bench.workloads.models.PRESETS)
-    stages: tuple[int, ...] = (2,)  # pipeline ranks; world = stages x tp
-    tp: int = 1  # tensor-parallel degree inside a stage (only 1 is implemented)
-    world: tuple[int, ...] = ()  # must equal stages x tp when given
+    stages: tuple[int, ...] = (2,)  # pipeline ranks; world = stages x dp x fsdp x tp
+    tp: int = 1  # tensor-parallel degree inside a stage (bench.strategies.layout)
+    dp: int = 1  # DDP replicas of the whole pipeline (mesh dimension dp_replicate)
+    fsdp: int = 1  # FSDP2 shards of every stage (mesh dimension dp_shard)
+    world: tuple[int, ...] = ()  # must equal stages x dp x fsdp x tp when given
     chunks: tuple[int, ...] = (1, 2, 4, 8)
     schedules: tuple[str, ...] = ("gpipe", "1f1b")  # bench.strategies.schedules: ours or torch's names
     checkpoint: tuple[str, ...] = ("never",)
@@ -46,8 +49,9 @@ class PipelineConfig(RunConfig):
         at_least("warmup", self.warmup, 0)
         if self.profile not in (0, 1):
             raise BenchError(f"profile {self.profile} must be 0 or 1 (1: trace 5 steps per case after the timed ones)")
-        if self.tp != 1:
-            raise BenchError(f"tp {self.tp} inside pipeline stages is not implemented; allowed: 1")
+        at_least("tp", (self.tp,))
+        at_least("dp", (self.dp,))
+        at_least("fsdp", (self.fsdp,))
         # our names for the schedules (torch's accepted too); one the installed torch lacks is refused
         object.__setattr__(self, "schedules", tuple(dict.fromkeys(canonical(s) for s in self.schedules)))
         for s in self.schedules:
@@ -56,18 +60,33 @@ class PipelineConfig(RunConfig):
         for c in self.checkpoint:
             if c not in CHECKPOINTS:
                 raise unknown("checkpoint mode", c, CHECKPOINTS)
-        for w in self.world:  # each given world must be some stages x tp
+        for w in self.world:  # each given world must be some stages x dp x fsdp x tp
             if w not in self.worlds():
-                ParallelDims(world=w, pp=self.stages[0], tp=self.tp)  # raises, showing the arithmetic
+                self.dims(w, self.stages[0])  # raises, showing the arithmetic
         expand_pipeline(self)  # every case validates
 
+    @property
+    def inner(self) -> int:
+        """Ranks per pipeline rank: dp x fsdp x tp."""
+        return self.dp * self.fsdp * self.tp
+
+    def dims(self, world: int, stages: int) -> ParallelDims:
+        return ParallelDims(world=world, pp=stages, dp_replicate=self.dp, dp_shard=self.fsdp, tp=self.tp)
+
+    def inner_label(self) -> tuple[str, str]:
+        """('dp x tp', 'dp 2 x tp 2'): the degrees beside stages in messages (tp alone when none)."""
+        used = [(n, getattr(self, n)) for n in ("dp", "fsdp", "tp") if getattr(self, n) > 1] or [("tp", self.tp)]
+        return " x ".join(n for n, _ in used), " x ".join(f"{n} {d}" for n, d in used)
+
     def worlds(self) -> tuple[int, ...]:
-        return tuple(sorted({s * self.tp for s in self.stages}))
+        return tuple(sorted({s * self.inner for s in self.stages}))
 
 
 def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
     spec = get_spec(cfg.model)
     cases, notes, skipped = [], [], {}
+    if cfg.tp > 1:
+        tp_validate(spec, cfg.tp)
     for stages in cfg.stages:
         for sched in cfg.schedules:
             for m in cfg.chunks:
@@ -75,13 +94,19 @@ def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
                     skipped.setdefault((stages, sched), []).append(m)
                     continue
                 for mb in (cfg.micro_batch or (0,)):
-                    batch = mb * m if mb else cfg.batch
-                    validate(schedule=sched, stages=stages, chunks=m, batch=batch, depth=spec.depth,
+                    # fixed micro-batch mode: micro_batch samples per micro-batch of every data-parallel pipeline
+                    batch = mb * m * cfg.dp * cfg.fsdp if mb else cfg.batch
+                    local = cfg.dims(stages * cfg.inner, stages).local_batch(batch)  # each pipeline's share
+                    if local != batch and local % m:
+                        raise BenchError(f"batch {batch} / dp x fsdp {batch // local} = {local} samples per pipeline "
+                                         f"is not divisible by chunks {m}; choose a batch that is a multiple of "
+                                         f"{m * batch // local}")
+                    validate(schedule=sched, stages=stages, chunks=m, batch=local, depth=spec.depth,
                              balance=cfg.balance, strict=True, preset=spec.preset)
                     for ck in cfg.checkpoint:
-                        cases.append(CaseSpec(strategy="pp", model=cfg.model, world=stages * cfg.tp, chunks=m,
+                        cases.append(CaseSpec(strategy="pp", model=cfg.model, world=stages * cfg.inner, chunks=m,
                                               schedule=sched, checkpoint=ck, batch=batch, micro_batch=mb,
-                                              balance=cfg.balance))
+                                              balance=cfg.balance, tp=cfg.tp, dp=cfg.dp, fsdp=cfg.fsdp))
     for (stages, sched), ms in skipped.items():
         notes.append(f"{sched} skipped for chunks {','.join(map(str, ms))} at {stages} stages: it needs "
                      f"chunks >= stages (those ran under gpipe only)")

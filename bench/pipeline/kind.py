@@ -7,7 +7,9 @@ import dataclasses
 from bench.errors import BenchError
 from bench.kind import KINDS, Kind, Reading, Report
 from bench.options import add_training_options, ints, overrides
+from bench.pipeline import plan_plots
 from bench.pipeline.config import PipelineConfig, expand_pipeline
+from bench.strategies.dims import arithmetic
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
 from bench.strategies import plots
@@ -26,6 +28,9 @@ def add_options(p):
                    help="fixed micro-batch size(s): mini-batch = micro-batch x chunks")
     p.add_argument("--model", default=None, help="model preset, e.g. mlp-pipe, gpt-tiny")
     p.add_argument("--balance", default=None, help="blocks per stage, e.g. 3,5")
+    p.add_argument("--tp", default=None, help="tensor-parallel degree inside every stage (world = stages x dp x fsdp x tp)")
+    p.add_argument("--dp", default=None, help="DDP replicas of the whole pipeline")
+    p.add_argument("--fsdp", default=None, help="FSDP2 shards of every stage")
     p.add_argument("--profile", type=int, default=None, metavar="0|1",
                    help="1: 5 more steps per case under torch.profiler after the timed ones: "
                         "<run dir>/traces/<case>.rank<r>.json (Perfetto, HTA); timings unchanged")
@@ -34,7 +39,7 @@ def add_options(p):
 
 
 def options(args) -> dict:
-    one = ("batch", "steps", "warmup", "check", "seed")
+    one = ("batch", "steps", "warmup", "check", "seed", "tp", "dp", "fsdp")
     ov = {**overrides(args, ("schedules", "checkpoint", "model", "efficiency")),
           **ints(args, ("chunks", "stages", "micro_batch", "balance", *one), one=one)}
     if args.schedules is not None:
@@ -59,26 +64,31 @@ def efficiency(cfg: PipelineConfig, launch) -> dict | None:
 
 
 def at_world(cfg: PipelineConfig, world: int) -> PipelineConfig:
-    """The stages that run at `world`; a world that is no stages x tp of the suite raises (showing the arithmetic)."""
-    fits = tuple(s for s in cfg.stages if s * cfg.tp == world)
+    """The stages that run at `world`; a world that is no stages x dp x fsdp x tp of the suite raises
+    (showing the arithmetic)."""
+    fits = tuple(s for s in cfg.stages if s * cfg.inner == world)
     if not fits:
-        have = ", ".join(str(s * cfg.tp) for s in cfg.stages)
-        raise BenchError(f"world {world} is not stages x tp of this suite (stages {','.join(map(str, cfg.stages))} x "
-                         f"tp {cfg.tp} = {have}); pass --stages {world // cfg.tp if world % cfg.tp == 0 else world} "
-                         f"to run a {world}-rank pipeline")
+        names, _ = cfg.inner_label()
+        why = "; ".join(arithmetic(world, {"pp": s, "dp_replicate": cfg.dp, "dp_shard": cfg.fsdp, "tp": cfg.tp})
+                        for s in cfg.stages)
+        fix = (f"pass --stages {world // cfg.inner} to run a {world}-rank pipeline"
+               if world % cfg.inner == 0 and world // cfg.inner >= 2
+               else f"choose a world of stages x {cfg.inner} with stages >= 2, e.g. {2 * cfg.inner}")
+        raise BenchError(f"world {world} is not stages x {names} of this suite: {why}; {fix}")
     return dataclasses.replace(cfg, stages=fits, world=(world,))
 
 
 KIND = KINDS.register(Kind(
     module=__name__, name="pipeline", help="pipeline parallelism (torch.distributed.pipelining): chunks sweep, bubble",
     config=PipelineConfig, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
-                                   "microbatch_efficiency", "telemetry"),
+                                   "microbatch_efficiency", "telemetry", "plan_predictions"),
     add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
     after_units=efficiency, at_world=at_world, memory=memory_of(expand_pipeline),
     # runs stored before meta.json named the kind: a suite named pipeline* was a pipeline sweep
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule", settings=TRAIN_SETTINGS,
                  claims=lambda meta: not meta.get("kind") and str(meta.get("suite", "")).startswith("pipeline")),
-    report=Report(title="Pipeline", section=lambda entries, out: plots.section(entries, out, "pipeline", pipeline=True),
+    report=Report(title="Pipeline", section=lambda entries, out: plan_plots.add(
+                      plots.section(entries, out, "pipeline", pipeline=True), entries, out),
                   summary=strategies_summary, live=StrategiesLive,
                   headline=lambda entries, out: plots.headline(entries, out, "pipeline", pipeline=True)),
 ))

@@ -49,6 +49,8 @@ class Observation:
     peak_bytes: dict = field(default_factory=dict)  # rank -> peak bytes (CPU: RSS; CUDA: allocated)
     case_id: str = ""
     run_id: str = ""
+    run_dir: str = ""
+    bubble: float = float("nan")  # measured mean bubble, where the run has it
 
 
 def model_stages(schedule: str, ranks: int) -> int:

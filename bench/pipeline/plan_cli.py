@@ -13,7 +13,8 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
-from bench.results.store import latest_run, load_run
+from bench.results.schema import conform
+from bench.results.store import latest_run, load_run, write_parquet
 from bench.suite import resolve_suite, tomllib
 from bench.strategies import schedules as scheds
 from bench.units import parse_size
@@ -48,7 +49,9 @@ def observations(run_dirs) -> list[pl.Observation]:
             out.append(pl.Observation(model=str(row["model"]), stages=int(row["world"]), schedule=str(row["schedule"]),
                                       chunks=int(row["chunks"]), micro_batch=int(row["micro_batch"]),
                                       step_s=float(row["step_median_s"]), stage_s=stage_s, peak_bytes=peaks,
-                                      case_id=str(row["case_id"]), run_id=str(row["run_id"])))
+                                      case_id=str(row["case_id"]), run_id=str(row["run_id"]), run_dir=str(d),
+                                      bubble=float(row["bubble_measured"]) if "bubble_measured" in res.columns
+                                      and pd.notna(row["bubble_measured"]) else float("nan")))
     return out
 
 
@@ -180,6 +183,27 @@ def _measure(args, cal: pl.Calibration) -> Path:
     return after
 
 
+def _store(cal: pl.Calibration, held: list[pl.Observation], rows: list[dict]):
+    """Into each validated run: its cases' predictions beside the measurements, and the ranked
+    recommendation for its mini-batch, as table plan_predictions (the report draws them; a later
+    plan replaces them)."""
+    for d in sorted({o.run_dir for o in held}, key=str):
+        mine = [o for o in held if o.run_dir == d]
+        run_id, batch = mine[0].run_id, max(o.chunks * o.micro_batch for o in mine)
+        cands, _ = candidates(cal, sorted({o.stages for o in mine}), list(scheds.SCHEDULES),
+                              sorted({o.chunks for o in mine} | {1, 2, 4, 8, 16}), batch)
+        best, _ = pl.recommend([pl.predict(cal, c, pl.torch_order) for c in cands])
+        ids = {o.case_id for o in mine}
+        out = [{**{k: v for k, v in r.items() if k not in ("step_error", "peak_error")}, "role": "validation", "rank": 0}
+               for r in rows if r["case_id"] in ids]
+        for i, p in enumerate(best[:5], 1):
+            out.append({"run_id": run_id, "case_id": "", "role": "recommended", "rank": i, **_as_dict(p),
+                        "candidate": p.candidate.label, "why": why(p, best) if i == 1 else ""})
+        for r in out:
+            r["calibration_runs"] = ",".join(cal.runs)
+        write_parquet(conform(pd.DataFrame(out), "plan_predictions"), Path(d) / "plan_predictions.parquet")
+
+
 def _config(o) -> tuple:
     return (o.stages, o.schedule, o.chunks, o.micro_batch)
 
@@ -197,10 +221,13 @@ def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
         p = pl.predict(cal, pl.Candidate(stages=o.stages, schedule=o.schedule, chunks=o.chunks,
                                          micro_batch=o.micro_batch), pl.torch_order)
         peak = max(o.peak_bytes.values()) if o.peak_bytes else float("nan")
-        rows.append({"case_id": o.case_id, "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
-                     "step_error": p.step_s / o.step_s - 1, "predicted_peak_bytes": p.peak_bytes,
-                     "measured_peak_bytes": peak, "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"),
-                     "extrapolated": p.extrapolated})
+        rows.append({"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages,
+                     "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
+                     "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
+                     "step_error": p.step_s / o.step_s - 1, "predicted_bubble": p.bubble, "measured_bubble": o.bubble,
+                     "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": peak,
+                     "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated})
+    _store(cal, held, rows)
     step_mape = pl.mape((r["predicted_step_s"], r["measured_step_s"]) for r in rows)
     mem_mape = pl.mape((r["predicted_peak_bytes"], r["measured_peak_bytes"]) for r in rows
                        if not math.isnan(r["measured_peak_bytes"]))

@@ -178,13 +178,36 @@ STRATEGY_COLS = (f"{'strategy':<8} {'model':<10} {'world':>5} {'chunks':>6} {'sc
                  f"{'bubble meas/gpipe/replay':>24} {'peak MiB/dev':>12} {'wrong':>5}")
 
 
+def _has_bubble(r: dict) -> bool:
+    """A pipeline row (pp alone or a composed layout with a pipeline): it has the bubble columns."""
+    try:
+        return math.isfinite(float(r.get("bubble_measured")))
+    except (TypeError, ValueError):  # None, pd.NA: not a pipeline row
+        return False
+
+
+def _pp(r: dict) -> int:
+    """Pipeline ranks of a row: pp_degree (composed layouts), else the world (pp alone; older runs)."""
+    try:
+        return int(r.get("pp_degree"))
+    except (TypeError, ValueError):
+        return int(r["world"])
+
+
+def _layout(r: dict) -> str:
+    """A composed layout's degrees and a space ('pp2.dp2.tp2 '), '' for one parallelism."""
+    lay = str(r.get("layout") or "")
+    return f"{lay} " if "." in lay else ""
+
+
 def strategy_line(r: dict) -> str:
     """One case: step time is the median over timed steps of the step wall (earliest start to
     latest end over ranks); bubbles: measured idle/step, GPipe (p-1)/(m+p-1), calibrated replay."""
     bub = "-"
-    if r.get("strategy") == "pp":
+    if _has_bubble(r):
         bub = f"{pct(r.get('bubble_measured'))}/{pct(r.get('bubble_gpipe_theory'))}/{pct(r.get('replay_bubble'))}"
-    return (f"  {r['strategy']:<8} {r['model']:<10} {r['world']:>5} {r['chunks']:>6} {r['schedule'] or '-':<11} "
+    name = f"{r['strategy']} {_layout(r)}".strip()  # composed: its degrees
+    return (f"  {name:<8} {r['model']:<10} {r['world']:>5} {r['chunks']:>6} {r['schedule'] or '-':<11} "
             f"{r['checkpoint']:<11} {r['batch']:>5} {r['micro_batch']:>6} {r['step_median_s'] * 1e3:>8.1f}"
             f"{'*' if r.get('noisy') else ' '} {r['step_iqr_s'] * 1e3:>6.1f} {r['samples_per_s']:>10.1f} "
             f"{r['samples_per_s_per_device']:>9.1f} {num(r.get('tokens_per_s'), '9.0f'):>9} {bub:>24} "
@@ -228,13 +251,13 @@ def strategies_summary(run) -> str:
             "# " + STRATEGY_COLS]
     key = lambda r: (r["strategy"], r["model"], r["world"], r["schedule"] or "", r["chunks"], r["checkpoint"], r["batch"])  # noqa: E731
     out += [strategy_line(r) for r in sorted(rows, key=key)]
-    pp = [r for r in rows if r.get("strategy") == "pp"]
+    pp = [r for r in rows if _has_bubble(r)]
     if pp:
         out += ["#", "# Pipeline bubble: measured idle/step | GPipe (p-1)/(m+p-1) | Megatron (p-1)/(v m) | replay: "
                 "schedule + imbalance | comm+overhead = (1 - compute/step) - replay"]
-        order = lambda r: (r["model"], r["world"], r["schedule"],  # noqa: E731
+        order = lambda r: (r["model"], r["world"], str(r.get("layout") or ""), r["schedule"],  # noqa: E731
                            r["micro_batch"] if r["sweep_mode"] == "micro-batch" else 0, r["chunks"], r["checkpoint"])
-        out += [f"#   {r['model']:<10} p={r['world']:<2} {r['schedule']:<14} m={r['chunks']:<3} mb={r['micro_batch']:<4} "
+        out += [f"#   {r['model']:<10} {_layout(r)}p={_pp(r):<2} {r['schedule']:<14} m={r['chunks']:<3} mb={r['micro_batch']:<4} "
                 f"{r['checkpoint']:<11} measured {pct(r['bubble_measured']):>4}  gpipe {pct(r['bubble_gpipe_theory']):>4}  "
                 f"megatron {pct(r['bubble_megatron_theory']):>5}  replay {pct(r['replay_bubble']):>4} = "
                 f"schedule {pct(r['replay_schedule_bubble']):>4} + imbalance {pct(r['replay_imbalance']):>4}  "

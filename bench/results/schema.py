@@ -259,6 +259,12 @@ STRATEGY = {
     "sweep_mode": "string",  # mini-batch (fixed mini-batch split into chunks) | micro-batch (fixed micro-batch)
     "balance": "string",  # blocks per stage, "" = even
     "bucket_cap_mb": "float64",  # ddp only
+    "layout": "string",  # the mesh's degrees outermost first, e.g. pp2.dp2.tp2 (bench.strategies.dims)
+    "pp_degree": "int64",  # pipeline ranks of the mesh
+    "dp_degree": "int64",  # DDP replicas (mesh dimension dp_replicate)
+    "fsdp_degree": "int64",  # FSDP2 shards (mesh dimension dp_shard)
+    "tp_degree": "int64",  # tensor-parallel degree
+    "comm_share": "float64",  # (exposed_comm_s + exposed_comm_est_s where known) / step_median_s
     "stages": "int64",  # pipeline stages in all (ranks x stages per rank)
     "steps": "int64",  # timed steps
     "step_median_s": "float64",  # step wall: earliest start to latest end over ranks
@@ -354,6 +360,20 @@ MICROBATCH_EFFICIENCY = {
     "relative_throughput": "float64", "ideal_pipeline_step_s": "float64", "stages": "int64",
 }
 
+PLAN_PREDICTIONS = {  # written into a pipeline run by `distbench plan` (docs/plan.md): model output, not measured
+    "run_id": "string", "case_id": "string",
+    "role": "string",  # validation (a held-out case of this run) | recommended (a ranked candidate)
+    "rank": "int64",  # recommended: 1 = best predicted; validation: 0
+    "candidate": "string",  # "pp<ranks> <schedule> m=<chunks> b=<micro-batch>"
+    "stages": "int64", "schedule": "string", "chunks": "int64", "micro_batch": "int64",
+    "predicted_step_s": "float64", "measured_step_s": "float64",  # measured: the case's step_median_s
+    "predicted_samples_per_s": "float64", "predicted_bubble": "float64", "measured_bubble": "float64",
+    "predicted_peak_bytes": "float64", "measured_peak_bytes": "float64",  # max over ranks
+    "extrapolated": "string",  # why the model left its calibrated range, or ""
+    "calibration_runs": "string",  # run ids, comma list
+    "why": "string",  # recommended rank 1: the trade-off behind the pick
+}
+
 
 TABLES = {
     "results": {**COMMON, **COLLECTIVE, **TELEMETRY_SUMMARY, **ALLREDUCE, **STRATEGY},
@@ -361,7 +381,7 @@ TABLES = {
     "model": MODEL, "residuals": RESIDUALS, "predictions": PREDICTIONS, "crossover": CROSSOVER,
     "strategy_ranks": STRATEGY_RANKS, "strategy_steps": STRATEGY_STEPS,
     "strategy_spans": STRATEGY_SPANS, "microbatch_efficiency": MICROBATCH_EFFICIENCY,
-    "nccl_tuning": NCCL_TUNING,
+    "nccl_tuning": NCCL_TUNING, "plan_predictions": PLAN_PREDICTIONS,
 }
 
 

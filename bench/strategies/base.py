@@ -205,6 +205,7 @@ class Ctx:
     balance: tuple[int, ...] = ()  # blocks per stage / per device group
     bucket_cap_mb: float = 25.0
     lr: float = 1e-3
+    dims: ParallelDims | None = None  # a composed layout's degrees (bench.strategies.layout); None: the strategy's own
     extra: dict = field(default_factory=dict)
 
 
@@ -325,7 +326,9 @@ class Strategy:
     single_process: bool  # runs in one process at world 1 (dp, layer)
     setup: Callable[[Ctx], "Trainer"]
     memory: Callable[[Footprint], float]  # per-rank peak bytes of a case (bench.strategies.footprint)
-    dims: Callable[[int], ParallelDims] = lambda world: ParallelDims(world=world, dp=world)
+    dims: Callable[[int], ParallelDims] = lambda world: ParallelDims(world=world, dp_replicate=world)
+    composed: bool = False  # a layout of several parallelisms (bench.strategies.layout.LAYOUTS)
+    min_world: int = 2  # the smallest world it runs at (single-process strategies: 1)
     check: Callable[[ModelSpec, object], str | None] = no_check  # skip note, None, or BenchError
 
 

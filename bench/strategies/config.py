@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from bench.errors import BenchError
 from bench.strategies import REGISTRY
+from bench.strategies.dims import ParallelDims
 from bench.suite import RunConfig, at_least
 from bench.workloads.models import get_spec
 
@@ -23,6 +24,28 @@ class CaseSpec:
     micro_batch: int = 0  # samples per micro-batch in fixed-micro-batch mode; 0: fixed mini-batch
     balance: tuple[int, ...] = ()
     bucket_cap_mb: float = 25.0
+    # composed layouts (bench.strategies.layout): degrees inside the world; pp = world / (tp x dp x fsdp)
+    tp: int = 1  # tensor-parallel degree
+    dp: int = 1  # DDP replicas (mesh dimension dp_replicate)
+    fsdp: int = 1  # FSDP2 shards (mesh dimension dp_shard)
+
+    @property
+    def composed(self) -> bool:
+        return self.tp * self.dp * self.fsdp > 1
+
+    @property
+    def dims(self) -> ParallelDims:
+        """The case's degrees: a composed case's own; otherwise its strategy's at its world."""
+        if not self.composed:
+            return REGISTRY.get(self.strategy).dims(self.world)
+        inner = self.tp * self.dp * self.fsdp
+        return ParallelDims(world=self.world, pp=max(self.world // inner, 1), dp_replicate=self.dp,
+                            dp_shard=self.fsdp, tp=self.tp)
+
+    @property
+    def layout(self) -> str:
+        """'pp2.dp2.tp2' for a composed case, '' otherwise (one parallelism: the strategy says it)."""
+        return self.dims.layout if self.composed else ""
 
     @property
     def sweep_mode(self) -> str:
@@ -36,7 +59,8 @@ class CaseSpec:
     def case_id(self) -> str:
         bal = "-".join(map(str, self.balance)) or "even"
         return (f"{self.strategy}.{self.model}.w{self.world}.m{self.chunks}.{self.schedule or 'none'}."
-                f"{self.checkpoint}.b{self.batch}.mb{self.micro_batch}.bal{bal}")
+                f"{self.checkpoint}.b{self.batch}.mb{self.micro_batch}.bal{bal}"
+                + (f".{self.layout}" if self.composed else ""))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +72,7 @@ class StrategiesConfig(RunConfig):
     strategies: tuple[str, ...] = tuple(REGISTRY.names())
     models: tuple[str, ...] = ("mlp-small", "gpt-small")
     world: tuple[int, ...] = (2,)  # multi-process strategies; dp and layer run at world 1
+    layout_world: tuple[int, ...] = (4,)  # composed layouts (ddp+tp, pp+fsdp, ...: bench.strategies.layout)
     batch: int = 32
     chunks: int = 4  # pp micro-batches
     schedule: str = "1f1b"  # pp schedule
@@ -65,6 +90,7 @@ class StrategiesConfig(RunConfig):
         for m in self.models:
             get_spec(m)
         at_least("world size", self.world)
+        at_least("layout world", self.layout_world)
         at_least("batch", self.batch)
         at_least("steps", self.steps, 5)
         at_least("warmup", self.warmup, 0)
@@ -75,8 +101,11 @@ class StrategiesConfig(RunConfig):
         expand_strategies(self)
 
     def worlds(self) -> tuple[int, ...]:
-        single = {REGISTRY.get(s).single_process for s in self.strategies}
-        return tuple(sorted(({1} if True in single else set()) | (set(self.world) if False in single else set())))
+        return tuple(sorted({w for s in self.strategies for w in self.worlds_of(s)}))
+
+    def worlds_of(self, strategy: str) -> tuple[int, ...]:
+        s = REGISTRY.get(strategy)
+        return (1,) if s.single_process else self.layout_world if s.composed else self.world
 
 
 def expand_strategies(cfg: StrategiesConfig) -> tuple[list[CaseSpec], list[str]]:
@@ -86,8 +115,12 @@ def expand_strategies(cfg: StrategiesConfig) -> tuple[list[CaseSpec], list[str]]
         spec = get_spec(model)
         for s in cfg.strategies:
             strategy = REGISTRY.get(s)
-            for w in ((1,) if strategy.single_process else cfg.world):
-                kw = {"chunks": cfg.chunks, "schedule": cfg.schedule, "checkpoint": cfg.checkpoint} if s == "pp" else {}
+            for w in cfg.worlds_of(s):
+                pipelined = s == "pp" or (strategy.composed and strategy.dims(strategy.min_world).pp > 1)
+                kw = {"chunks": cfg.chunks, "schedule": cfg.schedule, "checkpoint": cfg.checkpoint} if pipelined else {}
+                if strategy.composed and w >= strategy.min_world and w % strategy.min_world == 0:
+                    d = strategy.dims(w)
+                    kw.update(tp=d.tp, dp=d.dp_replicate, fsdp=d.dp_shard)
                 case = CaseSpec(strategy=s, model=model, world=w, batch=cfg.batch,
                                 bucket_cap_mb=cfg.bucket_cap_mb if s == "ddp" else 0.0, **kw)
                 skip = strategy.check(spec, case)

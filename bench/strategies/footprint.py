@@ -91,3 +91,13 @@ def sharded(f: Footprint) -> float:
     pp: GPipe keeps every micro-batch of its stage, 1F1B fewer: an upper bound)."""
     w = max(f.world, 1)
     return f.states / w + f.acts(f.batch) / w
+
+
+def layout_memory(f: Footprint, dims) -> float:
+    """A composed layout (bench.strategies.dims.ParallelDims): parameters, gradients and optimizer
+    state split over pp x tp x dp_shard, a DDP replica's gradient buckets (4 B x its parameters),
+    and A(batch / dp) split over pp x tp (the pipeline and tp bound as in `sharded`)."""
+    split = dims.pp * dims.tp
+    states = f.states / (split * dims.dp_shard)
+    buckets = PARAM_BYTES * f.params / split if dims.dp_replicate > 1 and dims.dp_shard == 1 else 0
+    return states + buckets + f.acts(f.batch / dims.dp) / split

@@ -8,6 +8,7 @@ as under DDP. The timed forward/backward include those collectives.
 from torch.distributed.device_mesh import init_device_mesh
 
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.strategies.dims import ParallelDims
 from bench.strategies.ddp import DataParallelTrainer, check, local_batch
 from bench.workloads import Batches, build_model
 from bench.workloads.models import blocks
@@ -40,4 +41,5 @@ def setup(ctx: Ctx) -> Trainer:
     return FSDPTrainer(ctx, model, batches, model.parameters())
 
 
-STRATEGY = REGISTRY.register(Strategy(name="fsdp", doc=__doc__, memory=fsdp_memory, single_process=False, setup=setup, check=check))
+STRATEGY = REGISTRY.register(Strategy(name="fsdp", doc=__doc__, memory=fsdp_memory, single_process=False, setup=setup, check=check,
+                                      dims=lambda world: ParallelDims(world=world, dp_shard=world)))

@@ -33,12 +33,12 @@ def at_world(cfg: StrategiesConfig, world: int) -> StrategiesConfig:
     strategy of the suite that cannot run there is left out with its reason on stderr, so the
     others still run; refused only when none can (e.g. `-s pp` alone at a world its chunks don't fit)."""
     try:
-        return dataclasses.replace(cfg, world=(world,))
+        return dataclasses.replace(cfg, world=(world,), layout_world=(world,))
     except BenchError:
         keep, why = [], []
         for s in cfg.strategies:
             try:
-                dataclasses.replace(cfg, world=(world,), strategies=(s,))
+                dataclasses.replace(cfg, world=(world,), layout_world=(world,), strategies=(s,))
                 keep.append(s)
             except BenchError as e:
                 why.append(f"{s}: {e}")
@@ -46,7 +46,7 @@ def at_world(cfg: StrategiesConfig, world: int) -> StrategiesConfig:
             raise
         for line in why:
             print(f"distbench: note: at world {world} left out {line}", file=sys.stderr)
-        return dataclasses.replace(cfg, world=(world,), strategies=tuple(keep))
+        return dataclasses.replace(cfg, world=(world,), layout_world=(world,), strategies=tuple(keep))
 
 
 def options(args) -> dict:

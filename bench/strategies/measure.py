@@ -109,7 +109,8 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
     spec = get_spec(case.model)
     ctx = Ctx(spec=spec, rank=info.rank, world=info.world, device=info.device, batch=case.batch, seed=cfg.seed,
               steps=cfg.warmup + cfg.steps + 1, chunks=case.chunks, schedule=case.schedule or "gpipe",
-              checkpoint=case.checkpoint, balance=case.balance, bucket_cap_mb=case.bucket_cap_mb or 25.0)
+              checkpoint=case.checkpoint, balance=case.balance, bucket_cap_mb=case.bucket_cap_mb or 25.0,
+              dims=case.dims if case.composed else None)
     trainer = REGISTRY.get(case.strategy).setup(ctx)
     chk = None
     if cfg.check:
@@ -130,11 +131,16 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
     trace = _profile(trainer, comm, case, run_dir) if getattr(cfg, "profile", 0) and run_dir is not None else None
     mine = {"recs": recs, "mem": mem, "solo_s": solo, "role": trainer.role, "degraded": trainer.degraded,
             "devices": trainer.devices, "comm_in_compute": trainer.comm_in_compute,
-            "order": trainer.pipeline_order() if case.strategy == "pp" and info.rank == 0 else None,
+            "order": trainer.pipeline_order() if _pipelined(case) and info.rank == 0 else None,
             "params": param_count(build_model(spec, cfg.seed)) if info.rank == 0 else 0}
     facts = comm.gather_object(mine)
     del trainer
     return {"facts": facts, "check": chk, "loss": loss, "trace": trace}
+
+
+def _pipelined(case: CaseSpec) -> bool:
+    """A pipeline case (pp alone or a composed layout with pp): it gets the bubble columns."""
+    return case.dims.pp > 1
 
 
 def _replay_columns(case: CaseSpec, facts: list[dict]) -> dict:
@@ -244,12 +250,15 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
     sps = case.batch / st.median_s
     tps = sps * spec.tokens_per_sample
     degraded = facts[0]["degraded"] or base_row["degraded"]
-    if case.strategy == "pp" and base_row.get("device_type") == "cuda":
+    if _pipelined(case) and base_row.get("device_type") == "cuda":
         degraded = with_note(degraded, CUDA_WAITS_UNVERIFIED)
-    if case.strategy == "pp" and nodes > 1:
+    if _pipelined(case) and nodes > 1:
         degraded = with_note(degraded, MULTI_NODE_ALIGNED)
     mean = lambda n: float(np.mean([x[n] for x in ranks]))  # noqa: E731
+    dims = case.dims
     row = {**base_row, "case_id": case.case_id, "world": world, "degraded": degraded, "strategy": case.strategy,
+           "layout": dims.layout, "pp_degree": dims.pp, "dp_degree": dims.dp_replicate, "fsdp_degree": dims.dp_shard,
+           "tp_degree": dims.tp,
            "model": case.model, "family": spec.family, "params": facts[0]["params"], "devices": devices,
            "chunks": case.chunks, "schedule": case.schedule, "checkpoint": case.checkpoint, "batch": case.batch,
            "micro_batch": case.micro_batch or case.batch // case.chunks, "sweep_mode": case.sweep_mode,
@@ -268,11 +277,13 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
            "memory_kind": ranks[0]["memory_kind"], "peak_memory_bytes": max(x["peak_bytes"] for x in ranks),
            "host_peak_rss_bytes": max(x["host_peak_rss_bytes"] for x in ranks),
            "loss": res["loss"], "tolerance": TOLERANCE, "profile_trace": res.get("trace")}
+    est = row["exposed_comm_est_s"] if np.isfinite(row["exposed_comm_est_s"]) else 0.0
+    row["comm_share"] = (row["exposed_comm_s"] + est) / st.median_s if st.median_s > 0 else float("nan")
     chk = res["check"]
     row.update({"checks": 1 if chk else 0, "wrong": chk["wrong"] if chk else 0,
                 "max_abs_diff": chk["max_abs_diff"] if chk else float("nan")})
-    if case.strategy == "pp":
-        row.update(_pipeline_columns(case, facts, ranks, world, mean))
+    if _pipelined(case):
+        row.update(_pipeline_columns(case, facts, ranks, dims.pp, mean))
     k_med = int(np.argsort(walls)[len(walls) // 2])
     spans = [] if nodes > 1 else step_spans(key, facts, k_med, per_step[k_med])
     return {"results": [row], "strategy_ranks": ranks, "strategy_steps": steps_rows, "strategy_spans": spans}
@@ -280,17 +291,21 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
 
 def _pipeline_columns(case: CaseSpec, facts: list[dict], ranks: list[dict], world: int, mean) -> dict:
     """The pipeline row's bubble columns: measured, theory (GPipe, Megatron, the schedule's own),
-    replay, and on the timed workload the exact bubble; per-rank replay and exact into `ranks`."""
+    replay, and on the timed workload the exact bubble; per-rank replay and exact into `ranks`.
+    `world`: the pipeline ranks (the pp degree of a composed layout, whose dp / tp peers of a
+    pipeline rank share its replayed and exact bubble)."""
     sch = get_schedule(case.schedule)
     p, v = world, sch.per_rank
+    dims = case.dims
     rc = _replay_columns(case, facts)
     per_rank_replay, dur, n_stages = rc.pop("_replay_rank"), rc.pop("_dur"), rc.pop("_n_stages")
     ex = exact_columns(case, facts[0]["order"], world)
     per_rank_exact = ex.pop("_exact_rank", {})
     times = _chunk_times(ex.pop("_dur", dur), n_stages, sch.split_backward)  # known times (timed workload) or measured
     for x in ranks:
-        x["replay_bubble"] = float(per_rank_replay.get(x["rank"], float("nan")))
-        x["bubble_exact"] = float(per_rank_exact.get(x["rank"], float("nan")))
+        pr = dims.coords(x["rank"])["pp"]  # the replay's and the exact bubble's ranks are pipeline ranks
+        x["replay_bubble"] = float(per_rank_replay.get(pr, float("nan")))
+        x["bubble_exact"] = float(per_rank_exact.get(pr, float("nan")))
     out = {"stages": p * v, "stage_placement": sch.placement, "bubble_measured": mean("bubble"),
            "bubble_max": max(x["bubble"] for x in ranks), "nocompute_frac": mean("nocompute_frac"),
            "bubble_gpipe_theory": gpipe_bubble(p, case.chunks, v), "bubble_megatron_theory": megatron_bubble(p, case.chunks, v),

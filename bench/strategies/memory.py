@@ -7,14 +7,15 @@ import math
 
 from bench.kind import Memory
 from bench.strategies import REGISTRY
-from bench.strategies.footprint import Footprint
+from bench.strategies.footprint import Footprint, layout_memory
 from bench.workloads.models import get_spec
 
 
 def case_bytes(case, check: bool = True) -> int:
     """Per-rank peak bytes of one training case (strategies CaseSpec)."""
     f = Footprint(get_spec(case.model), case.batch, case.world)
-    need = REGISTRY.get(case.strategy).memory(f) + (f.check_bytes() if check else 0)
+    own = layout_memory(f, case.dims) if case.composed else REGISTRY.get(case.strategy).memory(f)
+    need = own + (f.check_bytes() if check else 0)
     return int(math.ceil(need))
 
 

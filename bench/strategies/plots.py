@@ -10,10 +10,11 @@ import pandas as pd
 
 from bench.report.plots.common import Section, chunk_axis, finish_axes, legend, new_figure, save, style
 from bench.report.plots.data import Entry, lacking, num, series_keys, series_label, table
+from bench.strategies.layout_table import layout_table
 
 # "_fixed" is what a sweep holds constant: the mini-batch (mini-batch mode, micro-batch = batch / chunks)
 # or the micro-batch (micro-batch mode); the other one varies along the line, so it is no series key.
-_PP_SERIES = ("model", "schedule", "sweep_mode", "checkpoint", "stages", "world", "_fixed")
+_PP_SERIES = ("model", "schedule", "sweep_mode", "checkpoint", "stages", "world", "layout", "_fixed")
 
 
 def _with_fixed(pp: pd.DataFrame) -> pd.DataFrame:
@@ -44,7 +45,7 @@ def _step_from_raw(res: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame
 
 
 def _speedups(pp: pd.DataFrame) -> pd.DataFrame:
-    ref_keys = [k for k in ("_label", "model", "sweep_mode", "checkpoint", "stages", "world") if k in pp]
+    ref_keys = [k for k in ("_label", "model", "sweep_mode", "checkpoint", "stages", "world", "layout") if k in pp]
     mb_mode = pp.get("sweep_mode", pd.Series("", index=pp.index)).astype(str) == "micro-batch"
     pp = pp.assign(_thr=num(pp, "batch") / num(pp, "step_s"), _mb=np.where(mb_mode, pp.get("micro_batch"), -1))
     ones = pp[num(pp, "chunks") == 1]
@@ -167,7 +168,8 @@ def _gantt(sec, out_dir, spans: pd.DataFrame, prefix: str):
             names = ["idle"] + [a for a in actions if a != "idle"] + others
             labels = {"wait": "wait for peer (bubble)", "comm": "transfer (comm)", "bwd_input": "bwd input-grad (I)",
                       "bwd_weight": "bwd weight-grad (W)"}
-            handles = [plt.Rectangle((0, 0), 1, 1, color=ACTION_COLORS.get(k, "#8c564b")) for k in names]
+            handles = [plt.Rectangle((0, 0), 1, 1, facecolor=ACTION_COLORS.get(k, "#8c564b"),
+                                     hatch="///" if k == "wait" else None) for k in names]
             if not own.empty:
                 handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="black"))
                 names.append("own step span")
@@ -294,6 +296,9 @@ def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> S
                        "peak memory (MiB, " + ("CUDA peak reserved per device)" if mk == "cuda" else "host peak RSS per rank)"),
                        "strategy comparison: peak memory per strategy and model", f"{kind}_peak_memory_by_strategy",
                        "peak memory in MiB")
+    lay = layout_table(res)  # composed layouts beside each other at equal world
+    if lay:
+        sec.tables.append(lay)
     cols = [c for c in ("_label", "case_id", "strategy", "model", "world", "chunks", "schedule", "checkpoint", "batch",
                         "micro_batch", "step_median_s", "step_iqr_s", "samples_per_s", "bubble_measured",
                         "bubble_exact", "bubble_theory", "bubble_theory_formula",

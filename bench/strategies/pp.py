@@ -25,7 +25,8 @@ from bench.errors import BenchError
 from bench.strategies import schedules as scheds
 from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
 from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
-from bench.strategies.dims import ParallelDims
+from bench.strategies.dims import SHORT, ParallelDims
+from bench.strategies.layout import check_dims, full_grads, global_batch, parallelize
 from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
 from bench.strategies.footprint import sharded
@@ -168,20 +169,31 @@ class PPTrainer(Trainer):
     def __init__(self, ctx: Ctx):
         from torch.distributed.pipelining import PipelineStage  # lazy: torch.distributed.pipelining (~1.4 s) only when pp runs
 
+        # A composed layout (ctx.dims: pp x dp x tp, bench.strategies.layout) runs one pipeline per
+        # data-parallel slice on one DeviceMesh; each stage is TP-sharded / FSDP- or DDP-wrapped there.
+        self.dims = dims = ctx.dims or ParallelDims(world=ctx.world, pp=ctx.world)
+        mesh = dims.build_mesh(ctx.device.type) if dims.composed else None
         sch = scheds.get(ctx.schedule)
-        p, v = ctx.world, sch.per_rank
-        self.n_stages = p * v
-        self.balance = validate(schedule=ctx.schedule, stages=p, chunks=ctx.chunks, batch=ctx.batch,
+        p, v = dims.pp, sch.per_rank
+        self.p, self.n_stages = p, p * v
+        local = dims.local_batch(ctx.batch)
+        self.balance = validate(schedule=ctx.schedule, stages=p, chunks=ctx.chunks, batch=local,
                                 depth=ctx.spec.depth, balance=ctx.balance, preset=ctx.spec.preset)
         bounds = split_pieces(ctx.spec, self.balance)
         full = build_model(ctx.spec, ctx.seed)
-        self.stage_ids = sch.stage_ids(ctx.rank, p)  # looped (r, r+p) or V-shaped (r, 2p-1-r)
-        super().__init__(ctx, None, Batches(ctx.spec, ctx.batch, ctx.steps, ctx.seed), None)
+        me = dims.coords(ctx.rank)
+        self.stage_ids = sch.stage_ids(me["pp"], p)  # looped (r, r+p) or V-shaped (r, 2p-1-r), r the pipeline rank
+        batches = Batches(ctx.spec, local, ctx.steps, ctx.seed, replicas=dims.dp, rank=dims.dp_rank(ctx.rank))
+        super().__init__(ctx, None, batches, None)
         self.mods, self.bounds, stages = [], {}, []
+        group = mesh["pp"].get_group() if mesh is not None else None
         for s in self.stage_ids:
             lo, hi = bounds[s]
             mod = StageModule(full[lo:hi], lo, ctx.checkpoint, ctx.chunks, self.clock, s).to(ctx.device)
-            st = PipelineStage(mod, s, self.n_stages, ctx.device)
+            run = mod
+            if mesh is not None:  # TP, then (the module's own) checkpointing, then FSDP2 / DDP
+                run = parallelize(mod, mod.pieces, ctx.spec, dims, mesh).module
+            st = PipelineStage(run, s, self.n_stages, ctx.device, group=group)
             _instrument(st, mod, self.clock)
             self.mods.append(mod)
             self.bounds[s] = (lo, hi)
@@ -199,8 +211,10 @@ class PPTrainer(Trainer):
         self.schedule = cls(stages if v > 1 else stages[0], **kw)
         self._time_loss()
         self.first, self.last = 0 in self.stage_ids, self.n_stages - 1 in self.stage_ids
-        self.last_rank = sch.rank_of(self.n_stages - 1, p)
+        self.last_rank = sch.rank_of(self.n_stages - 1, p)  # a pipeline rank (pp coordinate)
         self.role = "stages " + "+".join(map(str, self.stage_ids))
+        if dims.composed:
+            self.role += "".join(f" {SHORT[n]}{me[n]}" for n in dims.enabled if n != "pp")
         self._loss_t = torch.zeros((), device=ctx.device)
 
     def _time_loss(self):
@@ -220,7 +234,8 @@ class PPTrainer(Trainer):
     def prefetch(self):
         """Only the first stage (inputs) and the last (targets) load the mini-batch (the same on
         every rank: same seed); the first also keeps the targets for the reference check."""
-        self._next = self.batches.next(self.ctx.device) if self.first or self.last else (None, None)
+        load = self.first or self.last or self.dims.dp > 1  # dp: every rank, for the reference's global batch
+        self._next = self.batches.next(self.ctx.device) if load else (None, None)
 
     def step(self, check: bool = False):
         x, y = self.next_batch()
@@ -241,16 +256,19 @@ class PPTrainer(Trainer):
             self.opt.zero_grad(set_to_none=True)
 
     def loss(self) -> float:
-        t = self._loss_t.detach().clone().float().reshape(())
-        dist.broadcast(t, src=self.last_rank)
-        return float(t.item())
+        """Mean over the data-parallel pipelines of their last stage's loss (one tp rank each)."""
+        mine = self.last and self.dims.coords(self.ctx.rank)["tp"] == 0
+        t = self._loss_t.detach().clone().float().reshape(()) if mine else torch.zeros((), device=self.ctx.device)
+        dist.all_reduce(t)
+        return float(t.item()) / self.dims.dp
+
+    def global_batch(self):
+        return global_batch(self.dims, self._last) if self.dims.dp > 1 else self._last
 
     def grads(self) -> dict:
         mine = {}
         for mod in self.mods:
-            for n, q in mod.pieces.named_parameters():
-                if q.grad is not None:  # a Sequential slice keeps the full model's keys
-                    mine[n] = q.grad.detach().cpu().clone()
+            mine.update(full_grads(mod.pieces))  # a Sequential slice keeps the full model's keys; DTensors gathered
         out = [None] * self.ctx.world
         dist.all_gather_object(out, mine)
         return {k: v for d in out for k, v in d.items()}
@@ -264,12 +282,12 @@ class PPTrainer(Trainer):
             return from_pipeline_order(getattr(self.schedule, "pipeline_order_with_comms", None)
                                        or self.schedule.pipeline_order)
         if self.ctx.schedule == "gpipe":
-            return gpipe_order(self.ctx.world, self.ctx.chunks)
-        return one_f_one_b_order(self.ctx.world, self.ctx.chunks)
+            return gpipe_order(self.p, self.ctx.chunks)
+        return one_f_one_b_order(self.p, self.ctx.chunks)
 
 
 def setup(ctx: Ctx) -> Trainer:
-    if ctx.world < 2 and stages_per_rank(ctx.schedule) < 2:
+    if (ctx.dims.pp if ctx.dims else ctx.world) < 2 and stages_per_rank(ctx.schedule) < 2:
         raise BenchError(f"pp needs world >= 2 (one stage per rank), got {ctx.world}")
     # Import torch.distributed.pipelining (and patch its waits) here, not inside PPTrainer.__init__:
     # the first import of it keeps a traceback whose frames reach back to the importing frame, and
@@ -279,12 +297,14 @@ def setup(ctx: Ctx) -> Trainer:
 
 
 def check(spec, case) -> str | None:
-    """A pipeline needs >= 2 ranks (a skip note at world 1); the rest is validate()'s."""
-    stages = STRATEGY.dims(case.world).pp
-    if stages < 2:
+    """A pipeline needs >= 2 ranks (a skip note at world 1); the rest is validate()'s (on the
+    data-parallel slice of the batch, for a composed layout)."""
+    dims = case.dims
+    if dims.pp < 2:
         return f"pp skipped at world {case.world}: needs >= 2 stages"
-    validate(schedule=case.schedule, stages=stages, chunks=case.chunks, batch=case.batch, depth=spec.depth,
-             balance=case.balance, strict=True, preset=spec.preset)
+    check_dims(spec, dims, case.batch)
+    validate(schedule=case.schedule, stages=dims.pp, chunks=case.chunks, batch=dims.local_batch(case.batch),
+             depth=spec.depth, balance=case.balance, strict=True, preset=spec.preset)
     return None
 
 

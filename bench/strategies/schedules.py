@@ -38,7 +38,7 @@ from typing import Callable
 
 import torch
 
-from bench.errors import BenchError, unknown
+from bench.errors import BenchError, did_you_mean
 
 
 def _fill_drain(p: int, m: int, v: int, f: float, i: float, w: float) -> float:
@@ -126,7 +126,9 @@ def canonical(name: str) -> str:
     """Our name for a schedule given by ours or torch's (get_schedule_class's, any case)."""
     got = _ALIASES.get(str(name).lower())
     if got is None:
-        raise unknown("schedule", name, SCHEDULES)
+        hint = did_you_mean(str(name).lower(), list(_ALIASES))  # ours or torch's, lower case
+        raise BenchError(f"unknown schedule '{name}'{hint}; allowed: {', '.join(SCHEDULES)} "
+                         f"(or torch's names: {', '.join(a for s in SCHEDULES_TABLE for a in s.aliases)})")
     return got
 
 

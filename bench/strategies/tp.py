@@ -17,15 +17,19 @@ from bench.strategies.footprint import sharded
 
 
 
-def plan(spec: ModelSpec) -> dict:
+def plan(spec: ModelSpec, pieces=None) -> dict:
+    """The TP plan of the model's pieces `pieces` (indices into build_model's Sequential; all by
+    default), keyed by those indices. A pipeline stage holds a slice: MLP blocks pair up inside
+    the slice (a Rowwise block needs its Colwise partner's sharded output), GPT blocks are whole."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # lazy: torch.distributed.tensor.parallel (~0.6 s) only when tp runs
 
+    idx = list(range(spec.depth if spec.family == "mlp" else spec.depth + 2)) if pieces is None else list(pieces)
     out = {}
     if spec.family == "mlp":
-        for i in range(0, spec.depth - 1, 2):
-            out[f"{i}.0"], out[f"{i + 1}.0"] = ColwiseParallel(), RowwiseParallel()
+        for a, b in zip(idx[0:len(idx) - 1:2], idx[1::2]):
+            out[f"{a}.0"], out[f"{b}.0"] = ColwiseParallel(), RowwiseParallel()
         return out
-    for j in range(1, spec.depth + 1):
+    for j in (i for i in idx if 1 <= i <= spec.depth):
         for m in ("q", "k", "v"):
             out[f"{j}.attn.{m}"] = ColwiseParallel()
         out[f"{j}.attn.out"] = RowwiseParallel()
