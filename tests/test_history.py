@@ -321,7 +321,8 @@ import bench.kinds
 from bench.results import bisect as bs, history as hs
 
 def run(kind, suite, out, cwd=None, env=None, ok_codes=(0,)):
-    times = {{(c, s): 1e-3 * (2 if (Path(cwd) / "SLOW").exists() else 1) for c, _ in gen.CASES for s in gen.SIZES}}
+    slow = (Path(cwd) / "SLOW").exists()
+    times = {{(c, s): 1e-3 * (2 if slow and c == "all_reduce" else 1) for c, _ in gen.CASES for s in gen.SIZES}}
     return gen.write_run(out, f"{{Path(out).name}}{{len(list(Path(out).glob('*/*')))}}", "x", datetime.now(timezone.utc), times)
 
 bs.bisect("HEAD~4", "HEAD", "suites/tiny.toml", hs.Target(group="all_reduce"), pairs=1, log=print,
@@ -379,7 +380,7 @@ check = 1
 @pytest.mark.slow
 def test_bisect_real_launches_finds_the_committed_slowdown(tmp_path, monkeypatch, capsys):
     """About 8 launches (1 pair for GOOD..BAD, then ~3 bisect steps). The throwaway repository holds this distbench (bench/) and a tiny suite; commit HEAD~5 adds a
-    sitecustomize.py that sets DISTBENCH_TEST_SLOWDOWN=all_reduce=2 (each revision's tree is on
+    sitecustomize.py that sets DISTBENCH_TEST_SLOWDOWN=all_reduce=4 (a step far above launch noise with one pair; each revision's tree is on
     PYTHONPATH, so its launches import it). The bisect must name that commit; `history` over the
     runs stored at each commit flags the step there."""
     import shutil
@@ -395,7 +396,7 @@ def test_bisect_real_launches_finds_the_committed_slowdown(tmp_path, monkeypatch
         (repo / "log.txt").write_text(f"commit {i}\n")
         if i == 1:
             (repo / "sitecustomize.py").write_text(
-                'import os\nos.environ.setdefault("DISTBENCH_TEST_SLOWDOWN", "all_reduce=2")\n')
+                'import os\nos.environ.setdefault("DISTBENCH_TEST_SLOWDOWN", "all_reduce=4")\n')
         _git(repo, "add", "-A")
         _git(repo, "commit", "-qm", f"commit {i}" + (" (all_reduce slower)" if i == 1 else ""))
         shas.append(_git(repo, "rev-parse", "HEAD"))
@@ -423,3 +424,28 @@ def test_report_gets_a_history_section_when_the_suite_has_several_runs(tmp_path)
     assert "slower x1.5" in html and "detection, not proof" in html
     one = gen.generate(tmp_path / "single", 1)
     assert 'id="history"' not in build_report(one, tmp_path / "rep1").read_text()
+
+
+def test_bisect_keep_stores_the_launches_and_a_refusal_leaves_none(tmp_path, monkeypatch, capsys):
+    repo, shas = make_repo(tmp_path, commits=7, slow_at=1)
+    (tmp_path / "step.py").write_text(STEP)
+    monkeypatch.chdir(repo)
+    kept = tmp_path / "kept"
+    found = bs.bisect("HEAD~6", "HEAD", "suites/tiny.toml", hs.Target(group="all_reduce"), pairs=2, log=lambda m: None,
+                      run=fake_run, step_cmd=[sys.executable, str(tmp_path / "step.py")], keep=kept)
+    assert found.commit == shas[1]
+    assert len(list((kept / "smoke").iterdir())) == 4  # GOOD and BAD, 2 pairs (the fake step launches nothing)
+
+
+def test_bisect_value_is_the_target_against_the_rest_of_its_launch():
+    def rows(run_id, ar, bc, extra=()):
+        return [{"run_id": run_id, "kind": "collectives", "case_id": cid, "collective": coll, "size_bytes": s,
+                 "placement": "in-place", "world": 2, "time_median_s": t * (i + 1)}
+                for coll, cid, t in (("all_reduce", AR_CASE, ar), ("broadcast", BC_CASE, bc), *extra)
+                for i, s in enumerate(gen.SIZES)]
+
+    df = pd.DataFrame(rows("a", 1.0, 1.0) + rows("b", 2.0, 2.0) + rows("c", 3.0, 1.0))
+    v = bs._value(df, hs.Target(group="all_reduce"))
+    assert v == {"a": pytest.approx(1.0), "b": pytest.approx(1.0), "c": pytest.approx(3.0)}  # b: the whole launch
+    only = pd.DataFrame([r for r in rows("a", 1.0, 1.0) + rows("b", 2.0, 1.0) if r["collective"] == "all_reduce"])
+    assert bs._value(only, hs.Target(group="all_reduce")) == {"a": pytest.approx(2 ** 0.5), "b": pytest.approx(2 * 2 ** 0.5)}

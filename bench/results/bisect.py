@@ -10,7 +10,9 @@ SIGTERM: the bisect's process group is stopped, `git bisect reset` runs in the t
 both worktrees are removed).
 
 The rule (one number per step): the target's value in a launch is the geometric mean of the kind's
-first gated metric (e.g. time_median_s) over the target's cases; a pair's ratio is the candidate's
+first gated metric (e.g. time_median_s) over the target's cases, relative to the same over the
+launch's other cases when the suite has any (the gate's per-group rule: what slows the whole launch,
+such as a busy host, cancels; a slowdown of every case is then no slowdown of the target's own); a pair's ratio is the candidate's
 value over GOOD's in that pair; a step's ratio is the geometric mean over its P pairs. First GOOD
 against BAD is measured: BAD must be at least --min-ratio slower (default 1.10, the gate's
 tolerance), else there is nothing to bisect. A commit is then "bad" (slower) when its ratio is past
@@ -92,18 +94,31 @@ class Found:
 # One A/B measurement of the target
 
 
+def _common(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The rows of the cases every run has (so a value never moves because a launch lacked a case)."""
+    common = None
+    for _, g in rows.groupby("run_id"):
+        k = set(map(tuple, g[keys].astype(str).values))
+        common = k if common is None else common & k
+    return rows[[tuple(x) in (common or set()) for x in rows[keys].astype(str).values]]
+
+
 def _value(rows: pd.DataFrame, target) -> dict:
-    """{run_id: geometric mean of the target's metric} (the metric: the kind's first gated one)."""
+    """{run_id: the target's value in that launch}: the geometric mean of the kind's first gated
+    metric over the target's cases, divided by the same over the launch's other cases when it has
+    any (the gate's per-group rule: a group against the rest of its launch, so what slows the whole
+    launch, e.g. a busy host, cancels); the target alone when it is the whole suite."""
     rows = rows.assign(kind=rows["kind"].map(normalize_kind))
     hit, kind = _match(rows, target)
     metric = reading(kind).gated()[0].column
     keys = [c for c in reading(kind).key_columns() if c in hit]
-    common = None
-    for _, g in hit.groupby("run_id"):
-        k = set(map(tuple, g[keys].astype(str).values))
-        common = k if common is None else common & k
-    hit = hit[[tuple(x) in common for x in hit[keys].astype(str).values]]
-    return {str(r): _geomean(g[metric]) for r, g in hit.groupby("run_id")}
+    hit = _common(hit, keys)
+    rest = _common(rows[(rows["kind"] == kind) & ~rows.index.isin(hit.index)], keys)
+    own = {str(r): _geomean(g[metric]) for r, g in hit.groupby("run_id")}
+    if rest.empty:
+        return own
+    other = {str(r): _geomean(g[metric]) for r, g in rest.groupby("run_id")}
+    return {r: v / other[r] for r, v in own.items() if r in other}
 
 
 def measure(kind: str, suite_rel: Path | None, suite_abs: Path, good_tree: Path, cand_tree: Path, sha: str,
@@ -210,7 +225,9 @@ def bisect(good: str, bad: str, suite, target, *, pairs: int = DEFAULT_PAIRS, mi
                 ix.git("worktree", "add", "--detach", "--force", str(tree), b, cwd=top)
                 log(f"# bisect: measuring BAD {b[:12]} against GOOD {g[:12]} ({pairs} pair(s))")
                 runs = Path(keep).resolve() if keep else tmp / "runs"
-                end = measure(kind, suite_rel, suite_abs, good_tree, tree, b, pairs, runs, target,
+                # GOOD against BAD goes to the temporary directory: a refusal below (unknown target, BAD
+                # not slower) leaves nothing on disk; kept runs are copied to KEEP once the bisect starts
+                end = measure(kind, suite_rel, suite_abs, good_tree, tree, b, pairs, tmp / "runs-end", target,
                               run=run, log=log)
                 if end.ratio < min_ratio:
                     raise BenchError(f"BAD {bad} ({b[:12]}) measured x{end.ratio:.3f} against GOOD {good} for "
@@ -222,6 +239,8 @@ def bisect(good: str, bad: str, suite, target, *, pairs: int = DEFAULT_PAIRS, mi
                         "case": target.case, "group": target.group, "size_bytes": target.size_bytes,
                         "out": str(runs), "log": str(tmp / "steps.jsonl")}
                 (tmp / "spec.json").write_text(json.dumps(spec))
+                if keep:
+                    shutil.copytree(tmp / "runs-end", runs, dirs_exist_ok=True)
                 ix.git("bisect", "start", b, g, cwd=tree)
                 started = True
                 code = _bench_code_dir()
