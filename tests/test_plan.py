@@ -148,6 +148,18 @@ def test_plan_recommends_from_stored_runs_and_says_they_are_predictions(tmp_path
     assert "not a candidate: pp2 1f1b m=1: needs chunks >= stages" in out
 
 
+def test_a_schedule_without_split_backward_has_missing_stage_times_not_an_error(tmp_path, capsys):
+    """distbench pipeline stores I / W per stage as a string column, missing (<NA>) for schedules that
+    do not split the backward (gpipe, 1f1b): the planner reads them as absent."""
+    cal = stored(tmp_path, "cal", CAL)
+    res = pd.read_parquet(cal / "results.parquet")
+    for col in ("stage_bwd_input_s", "stage_bwd_weight_s"):
+        res[col] = pd.array([None] * len(res), dtype="string")
+    res.to_parquet(cal / "results.parquet")
+    assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "1,2,4,8", "--top", "3"]) == 0
+    assert capsys.readouterr().out.startswith("PREDICTIONS of the pipeline model")
+
+
 def test_validate_prints_predicted_vs_measured_and_the_mape(tmp_path, capsys):
     cal = stored(tmp_path, "cal", CAL)
     held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
@@ -23,7 +24,7 @@ COLUMNS = {"stage_fwd_s": "F", "stage_bwd_s": "B", "stage_bwd_input_s": "I", "st
 
 
 def _ms_list(text) -> list[float]:
-    if text is None or (isinstance(text, float) and math.isnan(text)) or not str(text).strip():
+    if text is None or pd.isna(text) or not str(text).strip():  # None, NaN, pd.NA (string column)
         return []
     return [float(x) / 1e3 for x in str(text).split(",") if x.strip()]
 
@@ -204,6 +205,10 @@ def _store(cal: pl.Calibration, held: list[pl.Observation], rows: list[dict]):
         write_parquet(conform(pd.DataFrame(out), "plan_predictions"), Path(d) / "plan_predictions.parquet")
 
 
+def _pct(x: float) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.1%}"
+
+
 def _config(o) -> tuple:
     return (o.stages, o.schedule, o.chunks, o.micro_batch)
 
@@ -229,18 +234,24 @@ def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
                      "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated})
     _store(cal, held, rows)
     step_mape = pl.mape((r["predicted_step_s"], r["measured_step_s"]) for r in rows)
+    gaps = [abs(r["predicted_bubble"] - r["measured_bubble"]) * 100 for r in rows
+            if not math.isnan(r["predicted_bubble"]) and not math.isnan(r["measured_bubble"])]
     mem_mape = pl.mape((r["predicted_peak_bytes"], r["measured_peak_bytes"]) for r in rows
                        if not math.isnan(r["measured_peak_bytes"]))
     if fmt == "json":
-        print(json.dumps({"prediction": True, "cases": rows, "step_mape_pct": step_mape, "peak_mape_pct": mem_mape},
+        print(json.dumps({"prediction": True, "cases": rows, "step_mape_pct": step_mape, "peak_mape_pct": mem_mape,
+                          "bubble_max_gap_pp": max(gaps) if gaps else None},
                          indent=1))
         return 0
     print(f"validation: model predictions vs measured, {len(rows)} held-out case(s)"
           + (f" ({given - len(rows)} left out: calibration runs or configurations)" if given > len(rows) else ""))
-    print(f"{'case':<48} {'pred ms':>9} {'meas ms':>9} {'err':>7} {'pred peak':>10} {'meas peak':>10}")
+    print(f"{'case':<48} {'pred ms':>9} {'meas ms':>9} {'err':>7} {'pred bub':>8} {'meas bub':>8} "
+          f"{'pred peak':>10} {'meas peak':>10}")
     for r in rows:
         print(f"{r['case_id'][:48]:<48} {r['predicted_step_s'] * 1e3:>9.2f} {r['measured_step_s'] * 1e3:>9.2f} "
-              f"{r['step_error']:>+7.1%} {_mib(r['predicted_peak_bytes']):>10} {_mib(r['measured_peak_bytes']):>10}"
+              f"{r['step_error']:>+7.1%} {_pct(r['predicted_bubble']):>8} {_pct(r['measured_bubble']):>8} "
+              f"{_mib(r['predicted_peak_bytes']):>10} {_mib(r['measured_peak_bytes']):>10}"
               f"{'  extrapolated: ' + r['extrapolated'] if r['extrapolated'] else ''}")
-    print(f"step time MAPE {step_mape:.1f}%  peak memory MAPE {mem_mape:.1f}%")
+    print(f"step time MAPE {step_mape:.1f}%  peak memory MAPE {mem_mape:.1f}%"
+          + (f"  bubble |predicted - measured| mean {np.mean(gaps):.1f} pp, max {max(gaps):.1f} pp" if gaps else ""))
     return 0
