@@ -268,3 +268,28 @@ def test_timed_workload_exact_bubble_and_delay(tmp_path):
     assert ranks.loc[0, "stalled_by"].startswith("1:")
     spans = pd.read_parquet(run / "strategy_spans.parquet")
     assert {"wait", "bwd_input", "bwd_weight", "fwd"} <= set(spans.action)
+
+
+def test_an_overlapped_pair_sends_its_outputs_when_the_pair_ends():
+    """torch's OVERLAP_F_B (DualPipeV) runs its sub-actions one after the other and then their sends
+    (_add_send_recv appends them after the whole action): another rank gets the first sub-action's
+    output when the pair ends; the same rank (the V's turn) has it at once."""
+    from bench.strategies.replay import Order, replay
+
+    acts = {0: [(0, "F", 0), (0, "F", 1), (0, "B", 0), (0, "B", 1)],
+            1: [(1, "F", 0), (1, "B", 0), (1, "F", 1), (1, "B", 1)]}
+    dur = {(s, k): 1.0 for s in (0, 1) for k in ("F", "B")}
+    plain = replay(dict(acts), dur)
+    paired = replay(Order(acts, {(0, "F", 0): (0, "F", 1)}), dur)
+    assert plain.timeline[(1, "F", 0)][1] == 1.0
+    assert paired.timeline[(1, "F", 0)][1] == 2.0
+    same_rank = replay(Order({0: acts[0][:2] + [(1, "F", 0), (1, "B", 0), (1, "F", 1), (1, "B", 1)] + acts[0][2:]},
+                             {(0, "F", 0): (0, "F", 1)}), dur)
+    assert same_rank.timeline[(1, "F", 0)][1] == 2.0  # after the pair on its own rank: no send
+
+
+def test_dualpipev_exact_bubble_counts_the_pairs_sends():
+    from bench.pipeline.plan import torch_order
+
+    order = torch_order("dualpipev", 4, 8)
+    assert order.sent_with and all(a[1] == "F" for a in order.sent_with)

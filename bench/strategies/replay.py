@@ -54,11 +54,16 @@ def replay(order: dict, durations: dict, n_stages: int | None = None) -> Replay:
     pos = {r: 0 for r in order}
     busy = {r: 0.0 for r in order}
 
-    def ready(dep):
+    late = getattr(order, "sent_with", {})  # overlapped action -> its partner (Order.sent_with)
+
+    def ready(dep, rank):
         s, k, i = dep
         if k == "B?":
-            return done.get((s, "B", i), done.get((s, "I", i)))
-        return done.get(dep)
+            dep = (s, "B", i) if (s, "B", i) in done else (s, "I", i)
+        end = done.get(dep)
+        if end is not None and dep in late and where[dep][0] != rank:  # sent after the pair
+            end = done.get(late[dep])
+        return end
 
     remaining = sum(len(a) for a in order.values())
     while remaining:
@@ -66,7 +71,7 @@ def replay(order: dict, durations: dict, n_stages: int | None = None) -> Replay:
         for r, acts in order.items():
             while pos[r] < len(acts):
                 s, k, i = acts[pos[r]]
-                ends = [ready(d) for d in _deps(s, k, i, n_stages)]
+                ends = [ready(d, r) for d in _deps(s, k, i, n_stages)]
                 if any(e is None for e in ends):
                     break
                 start = max([free[r], *ends])
@@ -135,15 +140,30 @@ def one_f_one_b_order(p: int, m: int) -> dict:
     return out
 
 
-def from_pipeline_order(pipeline_order: dict) -> dict:
+class Order(dict):
+    """{rank: [(stage, kind, microbatch), ...]}, plus `sent_with`: for the sub-actions of torch's
+    OVERLAP_F_B (DualPipeV), each one -> the pair's last sub-action. torch's runtime runs the pair's
+    sub-actions one after the other and only then their sends (`_add_send_recv` appends the sends
+    after the whole action), so another rank gets the forward's output when the pair ends."""
+
+    def __init__(self, actions: dict, sent_with: dict | None = None):
+        super().__init__(actions)
+        self.sent_with = sent_with or {}
+
+
+def from_pipeline_order(pipeline_order: dict) -> Order:
     """torch's schedule.pipeline_order -> our order: compute actions only, in order."""
+    sent_with: dict = {}
+
     def flat(a):
         if a is None:
             return []
         subs = getattr(a, "sub_actions", None)
         if subs:  # OVERLAP_F_B: a forward and a backward issued together, in this order
-            return [x for s in subs for x in flat(s)]
+            pair = [x for s in subs for x in flat(s)]
+            sent_with.update({x: pair[-1] for x in pair[:-1]})
+            return pair
         kind = getattr(a.computation_type, "value", str(a.computation_type))
         return [(int(a.stage_index), kind, int(a.microbatch_index))] if kind in COMPUTE_KINDS else []
 
-    return {int(r): [x for a in acts for x in flat(a)] for r, acts in pipeline_order.items()}
+    return Order({int(r): [x for a in acts for x in flat(a)] for r, acts in pipeline_order.items()}, sent_with)
