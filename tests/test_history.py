@@ -265,6 +265,31 @@ def test_bisect_names_the_commit_five_back_and_leaves_the_repo_as_it_was(tmp_pat
     assert repo_state(repo) == before
 
 
+def test_an_arm_finds_its_own_tree_not_the_bisect_worktree(tmp_path, monkeypatch):
+    """`git bisect run` in a linked worktree exports GIT_DIR (that worktree's); an arm launched in
+    GOOD's tree with it would record the tested commit, dirty, as its git_sha. Each arm drops it."""
+    from bench.results import ab
+    from bench.results.metadata import git_info
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    for i in range(2):
+        (repo / "f.txt").write_text(f"{i}\n")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", f"c{i}")
+    good, bad = _git(repo, "rev-parse", "HEAD~1"), _git(repo, "rev-parse", "HEAD")
+    with ab.worktree(good, repo=repo) as (good_tree, _):
+        _git(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "bisect"), bad)
+        monkeypatch.setenv("GIT_DIR", _git(tmp_path / "bisect", "rev-parse", "--absolute-git-dir"))
+        env = ab.arm_env(good_tree)
+        assert git_info(good_tree) == {"git_sha": bad, "git_dirty": True}  # the defect, under that GIT_DIR
+        assert not any(k in env for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"))
+        for k in set(os.environ) - set(env):
+            monkeypatch.delenv(k)  # the arm's environment
+        assert git_info(good_tree) == {"git_sha": good, "git_dirty": False}
+
+
 def test_bisect_endpoint_measure_pairs_interleave_and_use_each_tree(tmp_path, monkeypatch):
     repo, shas = make_repo(tmp_path, commits=3, slow_at=2)
     monkeypatch.chdir(repo)

@@ -59,12 +59,17 @@ def worktree(rev: str, repo="."):
         subprocess.run(["git", "worktree", "prune"], capture_output=True, cwd=top)
 
 
+GIT_LOCATION = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
+
+
 def arm_env(tree: Path | None) -> dict:
     """The environment of one arm: the base's imports REV's tree and gets no test slowdown."""
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
         env.pop("DISTBENCH_TEST_SLOWDOWN", None)
+        for var in GIT_LOCATION:  # `git bisect run` in a linked worktree exports its GIT_DIR: the arm's
+            env.pop(var, None)  # launch must find (and record as git_sha) its own tree's commit
     return env
 
 
