@@ -146,6 +146,14 @@ def test_history_orders_by_commit_per_machine_and_flags_the_step(tmp_path, capsy
     assert (tmp_path / "plot" / "history.png").stat().st_size > 10_000
 
 
+def test_a_step_among_noisy_launches_is_found_on_the_log_scale():
+    """Medians of the real-launch bisect demo (quiet 2-core host): GOOD's 4 launches, then the
+    slowed commits. On raw values asv's automatic penalty fit one level; on logs the step is at 4."""
+    y = [1.269, 1.423, 2.539, 2.633, 19.52, 18.48, 11.25, 13.6]
+    [(at, before, after)] = hs.detect_steps(y, 0.10)
+    assert at == 4 and after / before > 5
+
+
 def test_history_of_one_case_at_one_size_is_its_stored_median_and_quartiles(tmp_path, monkeypatch):
     repo, shas = make_repo(tmp_path, commits=3)
     root = tmp_path / "results"
