@@ -19,8 +19,8 @@ Baseline generations. A run that is a repeat of a stored baseline generation of 
 
 Steps. Step changes are found by asv's step detection (asv.step_detect.detect_steps: a piecewise
 constant fit of the series' logarithms (times change by factors) minimising the L1 misfit plus a
-penalty per step, the penalty chosen automatically; P. Virtanen, airspeed velocity, https://github.com/airspeed-velocity/asv,
-asv/step_detect.py). A boundary between two fitted levels is flagged when the levels differ by more
+penalty per step, the penalty chosen automatically; P. Virtanen, airspeed velocity,
+https://github.com/airspeed-velocity/asv, asv/step_detect.py). A boundary between two fitted levels is flagged when the levels differ by more
 than the threshold (default the gate's tolerance, 10%). It is a detection, not proof: a flagged
 step says where the series moved, not that this commit moved it (`distbench bisect` measures that).
 """
