@@ -480,9 +480,7 @@ def case_table(cases: pd.DataFrame) -> pd.DataFrame:
                "baseline": format_value(r["metric"], r["baseline"]), "current": format_value(r["metric"], r["current"]),
                "ratio": "-" if not np.isfinite(r["ratio"]) else f"{r['ratio']:.3f}",
                "vs launch": "-" if not np.isfinite(r.get("residual", math.nan)) else f"{r['residual']:.3f}",
-               "band": _pct(r["band"]), "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": r["verdict"]}
-        if "first_verdict" in cases.columns and r["first_verdict"] != r["verdict"]:
-            row["verdict"] = f"{r['verdict']} (first launch: {r['first_verdict']})"
+               "band": _pct(r["band"]), "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": _said(r)}
         for k in ("algorithm", "variant", "strategy", "model", "chunks", "schedule", "checkpoint"):
             if k in cases.columns and str(r.get(k, "")) not in ("", "nan", "<NA>"):
                 row["case"] += f" [{k}={r[k]}]"
@@ -514,7 +512,7 @@ def render_kinds(kinds: pd.DataFrame, fmt: str = "table") -> str:
     df = pd.DataFrame([{
         "per kind": f"launch factor (geomean {r['metric']})", "decidable cases": f"{r['decidable']}/{r['cases']}",
         "worse": "-" if not np.isfinite(r["geomean_worse"]) else f"{r['geomean_worse']:.3f}x",
-        "band": _pct(r["band"]), "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": r["verdict"]}
+        "band": _pct(r["band"]), "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": _said(r)}
         for _, r in kinds.iterrows()])
     return _render_frame(df, fmt)
 
@@ -527,8 +525,14 @@ def render_groups(groups: pd.DataFrame, fmt: str = "table") -> str:
     df = pd.DataFrame([{
         "group": r["group"], "metric": r["metric"], "cases": r["cases"],
         "vs launch": "-" if not np.isfinite(r["worse"]) else f"{r['worse']:.2f}x (band {_pct(r['band'])})",
-        "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": r["verdict"]} for _, r in groups.iterrows()])
+        "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": _said(r)} for _, r in groups.iterrows()])
     return _render_frame(df, fmt)
+
+
+def _said(r) -> str:
+    """A verdict, with the first launch's when a confirmation re-run changed it."""
+    first = r.get("first_verdict")
+    return f"{r['verdict']} (first launch: {first})" if isinstance(first, str) and first != r["verdict"] else r["verdict"]
 
 
 def render(cmp: Comparison, fmt: str = "table", title: str = "") -> str:
