@@ -17,7 +17,8 @@ Steps (docs/gate.md):
    regressed, screened at the looser screen_alpha) are re-run once in a fresh launch. A case then
    takes the better of its two launches; the launch factor and the groups are taken over both
    launches and judged against the band for a mean of two (a group also needs the fresh launch
-   alone beyond its tolerance). A regression stands only if it is still there at alpha: exit 1.
+   alone beyond its tolerance). A regression stands only if it is still there at alpha and the
+   first launch's screen flagged it (the re-run confirms; it does not discover): exit 1.
    Without a re-run (rerun=None) flagged regressions stand, marked unconfirmed.
 5. Nothing decidable at all (every case unstable/throttled): exit 3, "baseline cannot decide".
 """
@@ -351,12 +352,11 @@ def _screened(both: pd.DataFrame, first: pd.DataFrame, keys: list[str]) -> pd.Da
     case); `first_verdict` keeps the screen's word. Seen in gate_eval on unchanged code: the screen
     flagged one case, its group was 1.08x (inside the screen's +9%); the fresh launch alone had it at
     1.17x, so the mean (1.12x) passed the two-launch band (+12%) and failed the gate."""
-    if both.empty or first.empty or not set(keys) <= set(both.columns) | set(first.columns):
+    if both.empty or first.empty or not set(keys) <= set(both.columns) & set(first.columns):
         return both
-    out = both.copy()
-    said = first.set_index(keys)["verdict"]
-    out["first_verdict"] = [said.get(tuple(r[k] for k in keys) if len(keys) > 1 else r[keys[0]], "n/a")
-                            for _, r in out.iterrows()]
+    said = first.set_index(keys)["verdict"].rename("first_verdict")
+    out = both.join(said, on=keys)
+    out["first_verdict"] = out["first_verdict"].fillna("n/a")
     out.loc[(out["verdict"] == "regression") & (out["first_verdict"] != "regression"), "verdict"] = "ok"
     return out
 
