@@ -65,6 +65,20 @@ def test_fault_is_named_and_finished_cases_survive(tmp_path, fault, expect):
     assert "--resume" in p.stderr
 
 
+def test_the_case_rank_0_holds_is_written_when_another_rank_dies(tmp_path):
+    """Rank 1 dies as case 2 starts while rank 0 still writes case 1 (held 2 s by slowwrite): the
+    launcher stops rank 0 (SIGTERM) within its 0.1 s monitor interval, and rank 0 finishes writing the
+    case it holds before it exits (CI, stop 26: under load case 1 was lost this way)."""
+    p = _run(tmp_path, "--case-timeout-s", "8", fault="exit:1:2,slowwrite:0:1")
+    assert p.returncode == 1, p.stderr
+    first = next(ln for ln in _error_lines(p.stderr) if "a rank failed" in ln)
+    assert "rank 1 exited with code 1" in first, p.stderr
+    run = load_run(_run_dir(tmp_path))
+    assert run.meta["state"] == "failed"
+    assert len(run["results"]) == 1
+    assert run.meta["launches"]["2"]["done"] == ["all_reduce.float32.sum.root-1.latency.w2@4096B"]
+
+
 def test_mismatched_sizes_end_bounded(tmp_path):
     p = _run(tmp_path, "--case-timeout-s", "8", "--timeout-s", "20", fault="mismatch:1:2")
     assert p.returncode == 1, p.stderr

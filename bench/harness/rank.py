@@ -119,24 +119,26 @@ def _note_error(run_dir: Path, rank: int, message: str):
         pass
 
 
-def _fault(index: int, rank: int):
-    """Test-only fault injection: DISTBENCH_FAULT=<action>:<rank>:<unit index> (see tests/test_faults.py)."""
-    spec = os.environ.get("DISTBENCH_FAULT")
-    if not spec:
-        return
-    action, r, i = spec.split(":")
-    if int(r) != rank or int(i) != index:
-        return
-    if action == "sleep":
-        time.sleep(3600)
-    elif action == "exit":
-        os._exit(1)
-    elif action == "raise":
-        raise ValueError("injected fault")
-    elif action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif action == "mismatch":  # a collective whose size differs from the other ranks'
-        dist.all_reduce(torch.zeros(1000 + rank))
+def _fault(index: int, rank: int, where: str = "enter"):
+    """Test-only fault injection (see tests/test_faults.py): DISTBENCH_FAULT is a comma-separated
+    list of <action>:<rank>:<unit index>. At a unit's start: sleep, exit, raise, kill, mismatch;
+    between measuring a unit and writing it: slowwrite (2 s)."""
+    for spec in filter(None, os.environ.get("DISTBENCH_FAULT", "").split(",")):
+        action, r, i = spec.split(":")
+        if int(r) != rank or int(i) != index or (action == "slowwrite") != (where == "write"):
+            continue
+        if action == "sleep":
+            time.sleep(3600)
+        elif action == "exit":
+            os._exit(1)
+        elif action == "raise":
+            raise ValueError("injected fault")
+        elif action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "mismatch":  # a collective whose size differs from the other ranks'
+            dist.all_reduce(torch.zeros(1000 + rank))
+        elif action == "slowwrite":
+            time.sleep(2.0)
 
 
 def release_between_cases(device: torch.device):
@@ -232,6 +234,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
             except Exception as e:  # noqa: BLE001 - name the unit, keep the cause
                 raise CaseError(f"case {k} failed on rank {info.rank}: {type(e).__name__}: {e}") from e
             dog.disarm()
+            _fault(i, info.rank, "write")
             if writer:
                 keep(tables, k)
                 progress.tick()
