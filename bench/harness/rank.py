@@ -7,7 +7,9 @@ write its tables as one part and show it (rank 0). Telemetry samples every unit'
 Faults: every unit runs under a wall-clock limit (a watchdog thread ends a hung rank with a
 message naming the unit); each rank notes the unit it entered in <run>/.progress/ so the
 launcher can say which ranks never arrived; an exception names the unit it happened in; a
-rank dies with its launcher (PR_SET_PDEATHSIG), so `kill -9` of the launcher leaves no orphan.
+rank dies with its launcher (PR_SET_PDEATHSIG), so `kill -9` of the launcher leaves no orphan;
+Ctrl-C / SIGTERM end a rank at once, except that rank 0 first writes the case it holds (at most
+STOP_GRACE_S).
 """
 
 import ctypes
@@ -19,6 +21,7 @@ import sys
 import threading
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -153,9 +156,35 @@ def release_between_cases(device: torch.device):
         torch.cuda.reset_peak_memory_stats(device)
 
 
+STOP_GRACE_S = 5.0  # how long rank 0 may go on with the case it holds after Ctrl-C / SIGTERM
+_stop = {"held": False, "signum": None}
+
+
 def _quiet_stop(signum, frame):
-    """Ctrl-C / SIGTERM reach the ranks through the launcher, which reports once: no traceback here."""
-    os._exit(128 + signum)
+    """Ctrl-C / SIGTERM reach the ranks through the launcher, which reports once: no traceback here.
+    While rank 0 holds a case (measuring it or writing it), the stop waits until the case is on disk,
+    at most STOP_GRACE_S: when one rank dies the launcher stops the others within its 0.1 s monitor
+    interval, and a case every rank finished would otherwise be lost unwritten."""
+    if not _stop["held"]:
+        os._exit(128 + signum)
+    if _stop["signum"] is None:
+        _stop["signum"] = signum
+        timer = threading.Timer(STOP_GRACE_S, os._exit, (128 + signum,))
+        timer.daemon = True
+        timer.start()
+
+
+@contextmanager
+def _stops_held(held: bool):
+    """A stop that arrives inside takes effect at the end, whatever happened after it (an error in
+    a collective with a rank already gone is its consequence, not a cause to report)."""
+    _stop["held"] = held
+    try:
+        yield
+    finally:
+        _stop["held"] = False
+        if _stop["signum"] is not None:
+            os._exit(128 + _stop["signum"])
 
 
 @record
@@ -229,15 +258,16 @@ def run_launch(job: Job, info, init_s: float) -> dict:
                 live.unit(unit, n, len(todo))
             release_between_cases(info.device)
             dog.arm(k, case_limit_s(kind, cfg, unit))
-            try:
-                tables = kind.measure(unit, launch)
-            except Exception as e:  # noqa: BLE001 - name the unit, keep the cause
-                raise CaseError(f"case {k} failed on rank {info.rank}: {type(e).__name__}: {e}") from e
-            dog.disarm()
-            _fault(i, info.rank, "write")
-            if writer:
-                keep(tables, k)
-                progress.tick()
+            with _stops_held(writer is not None):
+                try:
+                    tables = kind.measure(unit, launch)
+                except Exception as e:  # noqa: BLE001 - name the unit, keep the cause
+                    raise CaseError(f"case {k} failed on rank {info.rank}: {type(e).__name__}: {e}") from e
+                dog.disarm()
+                _fault(i, info.rank, "write")
+                if writer:
+                    keep(tables, k)
+                    progress.tick()
         extra = kind.after_units(cfg, launch) if kind.after_units else None
         if writer and extra:
             keep(extra, None)
