@@ -5,17 +5,23 @@ Calibrate (from stored pipeline runs of one model on one machine):
   with recompute, I / W input / weight backward where measured), the median time per
   micro-batch as a line in the micro-batch size b:  t(s, k, b) = a[s,k] + c[s,k] * b
   (least squares over the calibration cases at that pipeline depth; numpy.polyfit);
-  the schedule runtime's overhead per action, o: for each calibration case the o at which the
-  replay of the schedule's own action order, every action lasting its fitted time + o, takes
-  the measured step (scipy.optimize.brentq: the makespan grows monotonically with o), median
-  over the cases (the fitted times are compute only: what a run takes beyond them is p2p,
-  Python dispatch and the wait machinery, all per action);
+  the schedule runtime's overhead per action, o (F, B and I: the actions that send or receive;
+  W sends nothing and gets none): for each calibration case the o at which the replay of the
+  schedule's own action order, every such action lasting its fitted time + o, takes the measured
+  step (scipy.optimize.brentq: the makespan grows monotonically with o); per schedule and
+  pipeline ranks the median over its cases, and per placement (ranks, stages per rank, loop or
+  V: bench.strategies.schedules) the median over the placement's cases, for schedules that were
+  not calibrated. The fitted times are compute only: what a run takes beyond them is p2p, Python
+  dispatch and the wait machinery. Measured on 2 CPU cores o is not one constant (about 1.3 ms
+  with one stage per rank at 2 ranks, 0.5 ms with two, 2-4 ms at 4 ranks oversubscribed; 1F1B,
+  whose runtime batches a forward's send with a backward's receive, runs about 8% faster than
+  GPipe at 2 ranks with the same actions), so it is calibrated per schedule;
   memory per rank: peak = base[r] + q * (activation bytes of the micro-batches rank r holds
   at once), a least-squares line over calibration cases (q absorbs the allocator's rounding).
 
 Predict (for a candidate: stages, schedule, chunks m, micro-batch b): replay torch's own action
 order for that schedule (bench.strategies.replay, orders from torch.distributed.pipelining)
-with every action lasting t(s, k, b) + o; step time = the replay's makespan; bubble = the
+with every action lasting t(s, k, b) (+ o for F, B, I); step time = the replay's makespan; bubble = the
 replay's mean idle share with the fitted compute times alone; memory = base + q * in-flight.
 
 A candidate outside what was measured (another pipeline depth, a micro-batch size outside the
@@ -33,6 +39,7 @@ from bench.strategies import schedules as scheds
 from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order, replay
 
 ACTION_KINDS = ("F", "B", "I", "W")
+SENDING = ("F", "B", "I")  # the actions that receive their input from, or send it to, another stage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +58,17 @@ class Observation:
     run_id: str = ""
     run_dir: str = ""
     bubble: float = float("nan")  # measured mean bubble, where the run has it
+
+
+def placement(schedule: str, ranks: int) -> tuple[int, int, str]:
+    """(pipeline ranks, stages per rank, loop | v): what the per-action overhead depends on."""
+    sch = scheds.get(schedule)
+    return ranks, sch.per_rank, sch.placement
+
+
+def placement_label(where: tuple) -> str:
+    ranks, per_rank, shape = where
+    return f"{ranks} rank(s) x {per_rank} stage(s)" + (f" {shape}" if per_rank > 1 else "")
 
 
 def model_stages(schedule: str, ranks: int) -> int:
@@ -80,7 +98,8 @@ def fit_line(xs, ys) -> Line:
 class Calibration:
     model: str
     costs: dict  # model stages -> {(stage, kind): Line}
-    overhead_s: float  # per action
+    overhead: dict  # (pipeline ranks, schedule) -> seconds per sending action
+    placement_overhead: dict  # placement(schedule, ranks) -> seconds per sending action
     base_bytes: dict  # model stages -> {rank: bytes}
     bytes_per_inflight_sample: float
     micro_batches: tuple[int, int]  # calibrated range (min, max)
@@ -88,6 +107,19 @@ class Calibration:
     configs: frozenset = frozenset()  # (ranks, schedule, chunks, micro-batch) measured for calibration
     runs: tuple[str, ...]
     cases: int
+
+    def overhead_for(self, ranks: int, schedule: str) -> tuple[float, str]:
+        """The per-action overhead of a schedule at `ranks`: its own where calibrated; else its
+        placement's (ranks, stages per rank, loop | v), else the nearest calibrated placement's
+        (same stages per rank and shape first, then the nearest rank count), saying so."""
+        if (ranks, schedule) in self.overhead:
+            return self.overhead[(ranks, schedule)], ""
+        where = placement(schedule, ranks)
+        ranks, per_rank, shape = where
+        near = min(self.placement_overhead,
+                   key=lambda k: (k[1:] != (per_rank, shape), k[1] != per_rank, abs(k[0] - ranks)))
+        return self.placement_overhead[near], (f"overhead of {schedule} at {ranks} rank(s) not calibrated "
+                                               f"(used placement {placement_label(near)})")
 
     def extrapolation(self, n_stages: int, micro_batch: int) -> str:
         why = []
@@ -121,9 +153,9 @@ def _durations(costs: dict, order: dict, b: float, extra: float = 0.0) -> dict:
     out = {}
     for s, k in kinds:
         if (s, k) in costs:
-            out[(s, k)] = costs[(s, k)].at(b) + extra
+            out[(s, k)] = costs[(s, k)].at(b) + (extra if k in SENDING else 0.0)
         elif k in ("I", "W") and (s, "B") in costs:  # split backward not measured: half each (assumed)
-            out[(s, k)] = costs[(s, "B")].at(b) / 2 + extra
+            out[(s, k)] = costs[(s, "B")].at(b) / 2 + (extra if k in SENDING else 0.0)
         else:
             raise BenchError(f"no calibrated time for stage {s} action {k}; calibrate with a run of this schedule")
     return out
@@ -144,17 +176,23 @@ def fit(obs: list[Observation], order_of) -> Calibration:
                 for key, t in o.stage_s.items():
                     pts.setdefault(key, []).append((o.micro_batch, t))
         costs[n] = {key: fit_line(*zip(*v)) for key, v in pts.items()}
-    per_action, rows, ys = [], [], []
+    per_schedule: dict = {}
+    per_place: dict = {}
+    rows, ys = [], []
     for o in obs:
         order = order_of(o.schedule, o.stages, o.chunks)
-        per_action.append(_overhead(costs[depth[id(o)]], order, o))
+        x = _overhead(costs[depth[id(o)]], order, o)
+        per_schedule.setdefault((o.stages, o.schedule), []).append(x)
+        per_place.setdefault(placement(o.schedule, o.stages), []).append(x)
         held = inflight(order)
         for r, peak in o.peak_bytes.items():
             rows.append((depth[id(o)], r, held.get(r, 0) * o.micro_batch))
             ys.append(peak)
     base, q = _fit_memory(rows, ys)
     mbs = [o.micro_batch for o in obs]
-    return Calibration(model=models[0], costs=costs, overhead_s=float(np.median(per_action)), base_bytes=base,
+    return Calibration(model=models[0], costs=costs, base_bytes=base,
+                       overhead={k: float(np.median(v)) for k, v in sorted(per_schedule.items())},
+                       placement_overhead={k: float(np.median(v)) for k, v in sorted(per_place.items())},
                        bytes_per_inflight_sample=q, micro_batches=(min(mbs), max(mbs)),
                        ranks=tuple(sorted({o.stages for o in obs})),
                        configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch) for o in obs),
@@ -238,7 +276,8 @@ def predict(cal: Calibration, cand: Candidate, order_of) -> Prediction:
     order = order_of(cand.schedule, cand.stages, cand.chunks)
     n = model_stages(cand.schedule, cand.stages)
     costs = _scaled_costs(cal, n)
-    with_overhead = replay(order, _durations(costs, order, cand.micro_batch, cal.overhead_s))
+    o, o_why = cal.overhead_for(cand.stages, cand.schedule)
+    with_overhead = replay(order, _durations(costs, order, cand.micro_batch, o))
     compute = replay(order, _durations(costs, order, cand.micro_batch))
     held = inflight(order)
     base = cal.base_bytes.get(n) or (next(iter(cal.base_bytes.values()), {}) if cal.base_bytes else {})
@@ -246,7 +285,7 @@ def predict(cal: Calibration, cand: Candidate, order_of) -> Prediction:
     peak = max(base.get(r, fallback) + cal.bytes_per_inflight_sample * held[r] * cand.micro_batch for r in held)
     return Prediction(candidate=cand, step_s=with_overhead.step_s, samples_per_s=cand.batch / with_overhead.step_s,
                       bubble=compute.mean_bubble, peak_bytes=peak,
-                      extrapolated=cal.extrapolation(n, cand.micro_batch))
+                      extrapolated="; ".join(filter(None, [cal.extrapolation(n, cand.micro_batch), o_why])))
 
 
 def recommend(preds: list[Prediction], memory_limit: float | None = None) -> tuple[list[Prediction], list[Prediction]]:

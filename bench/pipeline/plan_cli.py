@@ -124,12 +124,14 @@ def cmd_plan(args) -> int:
     best, over = pl.recommend(preds, limit)
     if args.format == "json":
         print(json.dumps({"prediction": True, "calibration": {"runs": cal.runs, "cases": cal.cases,
-                                                               "overhead_per_action_s": cal.overhead_s},
+                                                               "overhead_per_action_s": {
+                                                                   f"pp{r} {n}": v for (r, n), v in cal.overhead.items()}},
                           "recommended": [_as_dict(p) for p in best[:args.top]],
                           "over_memory_limit": [_as_dict(p) for p in over], "skipped": skipped}, indent=1))
         return 0
     print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on {cal.cases} "
-          f"case(s) of {len(cal.runs)} run(s), model {cal.model}; overhead {cal.overhead_s * 1e6:.0f} us per action")
+          f"case(s) of {len(cal.runs)} run(s), model {cal.model}; overhead per action "
+          + ", ".join(f"pp{r} {n} {v * 1e6:.0f} us" for (r, n), v in cal.overhead.items()))
     print(f"{'#':>2}  {'candidate':<32} {'step ms':>9} {'samples/s':>10} {'bubble':>7} {'peak/rank':>10}  note")
     for i, p in enumerate(best[:args.top], 1):
         print(f"{i:>2}  {p.candidate.label:<32} {p.step_s * 1e3:>9.2f} {p.samples_per_s:>10.1f} {p.bubble:>7.1%} "
@@ -238,9 +240,10 @@ def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
             if not math.isnan(r["predicted_bubble"]) and not math.isnan(r["measured_bubble"])]
     mem_mape = pl.mape((r["predicted_peak_bytes"], r["measured_peak_bytes"]) for r in rows
                        if not math.isnan(r["measured_peak_bytes"]))
+    picks = sweeps(rows)
     if fmt == "json":
         print(json.dumps({"prediction": True, "cases": rows, "step_mape_pct": step_mape, "peak_mape_pct": mem_mape,
-                          "bubble_max_gap_pp": max(gaps) if gaps else None},
+                          "bubble_max_gap_pp": max(gaps) if gaps else None, "sweeps": picks},
                          indent=1))
         return 0
     print(f"validation: model predictions vs measured, {len(rows)} held-out case(s)"
@@ -254,4 +257,24 @@ def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
               f"{'  extrapolated: ' + r['extrapolated'] if r['extrapolated'] else ''}")
     print(f"step time MAPE {step_mape:.1f}%  peak memory MAPE {mem_mape:.1f}%"
           + (f"  bubble |predicted - measured| mean {np.mean(gaps):.1f} pp, max {max(gaps):.1f} pp" if gaps else ""))
+    for w in picks:
+        print(f"sweep {w['run_id']} pp{w['stages']} ({w['cases']} cases): the model picks {w['picked']} "
+              f"(measured {w['picked_samples_per_s']:.0f} samples/s), the measured best is {w['best']} "
+              f"({w['best_samples_per_s']:.0f}): {w['shortfall']:.1%} short")
     return 0
+
+
+def sweeps(rows: list[dict]) -> list[dict]:
+    """Per validation sweep (one run, one pipeline depth): the configuration the model ranks first
+    among those measured, against the measured best, and how far short of it the pick's measured
+    throughput is (0 when the model picked the best). Throughput is batch / step for both."""
+    out = []
+    for (run, stages), g in pd.DataFrame(rows).groupby(["run_id", "stages"], sort=True):
+        batch = g["chunks"] * g["micro_batch"]
+        picked = g.loc[(batch / g["predicted_step_s"]).idxmax()]
+        best = g.loc[(batch / g["measured_step_s"]).idxmax()]
+        rate = lambda r: r["chunks"] * r["micro_batch"] / r["measured_step_s"]  # noqa: E731
+        out.append({"run_id": run, "stages": int(stages), "cases": len(g), "picked": picked["candidate"],
+                    "picked_samples_per_s": rate(picked), "best": best["candidate"],
+                    "best_samples_per_s": rate(best), "shortfall": 1 - rate(picked) / rate(best)})
+    return out
