@@ -269,3 +269,70 @@ def test_each_validation_sweep_says_how_far_the_models_pick_is_from_the_measured
     assert [(w["stages"], w["picked"], w["best"]) for w in got] == [(2, "a", "b"), (4, "c", "c")]
     assert got[0]["shortfall"] == pytest.approx(0.2) and got[1]["shortfall"] == 0.0
     assert got[0]["best_samples_per_s"] == pytest.approx(1024 / 0.1)
+
+
+def held_run(tmp_path, name, factor):
+    """A held-out launch of two configurations whose every step took `factor` x the model's value
+    (a launch that is fast or slow as a whole)."""
+    obs = [pl.Observation(**{**observe(s, 4).__dict__, "run_id": name, "step_s": observe(s, 4).step_s * factor})
+           for s in ("gpipe", "1f1b")]
+    return stored(tmp_path, name, obs)
+
+
+def test_several_validation_launches_are_also_judged_on_each_configurations_median(tmp_path, capsys):
+    """A launch is fast or slow as a whole: one launch's MAPE carries its factor; the median over
+    launches per configuration is the better measurement. Launches 0.9x, 1.0x and 1.2x the model:
+    per launch 11.1%, 0.0%, 16.7%; the medians equal the model (0.0%)."""
+    cal = stored(tmp_path, "cal4", [o for o in CAL if o.chunks != 4])
+    runs = [held_run(tmp_path, f"v{i}", f) for i, f in enumerate((0.9, 1.0, 1.2))]
+    assert main(["plan", str(cal), "--validate", *map(str, runs), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert len(got["cases"]) == 6
+    launches = got["per_launch"]
+    assert {k: v["step_mape_pct"] for k, v in launches.items()} == {
+        "v0": pytest.approx(100 / 9), "v1": pytest.approx(0.0, abs=1e-6), "v2": pytest.approx(100 / 6)}
+    assert {k: v["launch_factor"] for k, v in launches.items()} == {
+        "v0": pytest.approx(0.9), "v1": pytest.approx(1.0), "v2": pytest.approx(1.2)}
+    assert all(v["step_mape_factor_out_pct"] == pytest.approx(0.0, abs=1e-6) for v in launches.values())
+    pooled = got["over_launches"]
+    assert [(c["schedule"], c["launches"]) for c in pooled["cases"]] == [("gpipe", 3), ("1f1b", 3)]
+    assert pooled["step_mape_pct"] == pytest.approx(0.0, abs=1e-6)
+    assert [w["run_id"] for w in pooled["sweeps"]] == ["median of 3 launches"]
+    assert main(["plan", str(cal), "--validate", *map(str, runs)]) == 0
+    out = capsys.readouterr().out
+    assert "launch v2: step time MAPE 16.7%; launch factor (geometric mean of measured / predicted) 1.200x, " \
+           "MAPE with it taken out 0.0%" in out
+    assert "over launches: each configuration measured in more than one validation launch, its median over them " \
+           "(2 configuration(s))" in out
+
+
+def test_one_validation_launch_has_no_over_launches_view(tmp_path, capsys):
+    cal = stored(tmp_path, "cal4", [o for o in CAL if o.chunks != 4])
+    assert main(["plan", str(cal), "--validate", str(held_run(tmp_path, "v0", 1.0)), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["over_launches"] is None
+
+
+def test_launches_measures_that_many_validation_launches(tmp_path, capsys, monkeypatch):
+    from bench.pipeline import plan_cli
+
+    cal = stored(tmp_path, "cal4", [o for o in CAL if o.chunks != 4])
+    calls = []
+
+    def launch(cmd):
+        calls.append(cmd)
+        out = tmp_path / "out" / "plan-validate"
+        out.mkdir(parents=True, exist_ok=True)
+        held_run(out, f"20261204T00000{len(calls)}Z-held", 1.0)
+        return 0
+
+    monkeypatch.setattr(plan_cli.subprocess, "call", launch)
+    assert main(["plan", str(cal), "--validate", "--launches", "2", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert len(calls) == 2 and "(2 configuration(s))" in out
+
+
+def test_launches_below_one_is_refused_before_anything_runs(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    assert main(["plan", str(cal), "--validate", "--launches", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--launches 0 is not a launch count; give an integer >= 1") and len(err.splitlines()) == 1
