@@ -336,3 +336,44 @@ def test_launches_below_one_is_refused_before_anything_runs(tmp_path, capsys):
     assert main(["plan", str(cal), "--validate", "--launches", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("--launches 0 is not a launch count; give an integer >= 1") and len(err.splitlines()) == 1
+
+
+def test_calibrate_measures_the_calibration_first_and_pools_its_launches(tmp_path, capsys, monkeypatch):
+    """--calibrate launches `distbench pipeline --suite plan-calibrate --model M` (--launches times,
+    pooled) before planning; the launches are faked: each writes a calibration run."""
+    from bench.pipeline import plan_cli
+
+    calls = []
+
+    def launch(cmd):
+        calls.append(cmd)
+        out = tmp_path / "out" / "plan-calibrate"
+        out.mkdir(parents=True, exist_ok=True)
+        name = f"20261204T00000{len(calls)}Z-cal"
+        stored(out, name, [pl.Observation(**{**o.__dict__, "run_id": name}) for o in CAL])
+        return 0
+
+    monkeypatch.setattr(plan_cli.subprocess, "call", launch)
+    assert main(["plan", "--calibrate", "--model", "mlp-pipe", "--launches", "2", "--out", str(tmp_path / "out"),
+                 "--schedules", "gpipe,1f1b", "--chunks", "2,4,8"]) == 0
+    assert len(calls) == 2 and calls[0][2:5] == ["bench", "pipeline", "--suite"]
+    assert calls[0][5].endswith("plan-calibrate.toml") and calls[0][-4:-2] == ["--model", "mlp-pipe"]
+    assert "calibrated on 12 case(s) of 2 run(s), model mlp-pipe" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan"], "no calibration runs given; pass RUN_DIRs of distbench pipeline, or --calibrate"),
+    (["plan", "{cal}", "--model", "mlp-pipe"], "--model mlp-pipe is what --calibrate measures"),
+    (["plan", "--calibrate", "--model", "mlp-huge"], "unknown model preset 'mlp-huge'"),
+    (["plan", "--calibrate", "--calibrate-suite", "nope"], "nope"),
+    (["plan", "{cal}", "--validate", "--validate-suite", "nope"], "nope"),
+])
+def test_calibrate_refusals_come_before_any_launch(tmp_path, capsys, monkeypatch, argv, message):
+    from bench.pipeline import plan_cli
+
+    monkeypatch.setattr(plan_cli.subprocess, "call", lambda cmd: pytest.fail(f"launched {cmd}"))
+    cal = stored(tmp_path, "cal", CAL)
+    argv = [a.format(cal=cal) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err

@@ -19,6 +19,7 @@ from bench.results.store import latest_run, load_run, write_parquet
 from bench.suite import resolve_suite, tomllib
 from bench.strategies import schedules as scheds
 from bench.units import parse_size
+from bench.workloads.models import get_spec
 
 COLUMNS = {"stage_fwd_s": "F", "stage_bwd_s": "B", "stage_bwd_input_s": "I", "stage_bwd_weight_s": "W"}
 
@@ -58,7 +59,15 @@ def observations(run_dirs) -> list[pl.Observation]:
 
 def add_parser(sub):
     p = sub.add_parser("plan", help="pipeline planner: predict and rank layouts/schedules/chunks (model predictions)")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="calibration runs (distbench pipeline)")
+    p.add_argument("runs", nargs="*", metavar="RUN_DIR",
+                   help="calibration runs (distbench pipeline), pooled; none with --calibrate")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure the calibration first (--calibrate-suite with --model, under --out), "
+                        "then plan on it and the RUN_DIRs given")
+    p.add_argument("--calibrate-suite", default="plan-calibrate",
+                   help="the suite --calibrate runs (default: plan-calibrate)")
+    p.add_argument("--model", default=None,
+                   help="the model --calibrate measures (default: the suite's); --validate measures the calibrated one")
     p.add_argument("--stages", default=None, help="pipeline ranks to consider, comma list (default: calibrated ones)")
     p.add_argument("--schedules", default=None, help="schedules to consider (default: every one torch ships)")
     p.add_argument("--chunks", default="1,2,4,8,16", help="micro-batch counts, comma list")
@@ -71,8 +80,9 @@ def add_parser(sub):
     p.add_argument("--validate-suite", default="plan-validate",
                    help="the suite --validate runs when given no runs (default: plan-validate)")
     p.add_argument("--launches", type=int, default=1,
-                   help="how many validation launches --validate measures when given no runs (default 1); with "
-                        "more than one, each configuration is also judged on its median over the launches")
+                   help="how many launches --calibrate and --validate measure (default 1): calibration launches "
+                        "are pooled; with several validation launches each configuration is also judged on "
+                        "its median over them")
     p.add_argument("--out", default="results", help="results root for the validation launch (default results/)")
     p.add_argument("--format", default="table", help="table | json")
     p.set_defaults(func=cmd_plan)
@@ -117,10 +127,24 @@ def cmd_plan(args) -> int:
     if args.launches < 1:
         raise BenchError(f"--launches {args.launches} is not a launch count; give an integer >= 1")
     limit = parse_size(args.memory_limit) if args.memory_limit else None
-    obs = observations(args.runs)
+    if not args.runs and not args.calibrate:
+        raise BenchError("no calibration runs given; pass RUN_DIRs of distbench pipeline, or --calibrate to measure "
+                         "them first")
+    if args.model and not args.calibrate:
+        raise BenchError(f"--model {args.model} is what --calibrate measures; without --calibrate the model is the "
+                         "calibration runs'")
+    given = observations(args.runs) if args.runs else []  # before any launch: a wrong path costs nothing
+    if args.calibrate:
+        resolve_suite(args.calibrate_suite, "pipeline")
+        if args.model:
+            get_spec(args.model)
+    if args.validate == []:
+        resolve_suite(args.validate_suite, "pipeline")
+    measured = [_measure(args, args.calibrate_suite, args.model) for _ in range(args.launches if args.calibrate else 0)]
+    obs = given + observations(measured)
     cal = pl.fit(obs, pl.torch_order)
     if args.validate is not None:
-        runs = args.validate or [_measure(args, cal) for _ in range(args.launches)]
+        runs = args.validate or [_measure(args, args.validate_suite, cal.model) for _ in range(args.launches)]
         return _validate(cal, observations(runs), args.format)
     batch = args.batch or max(o.chunks * o.micro_batch for o in obs)
     stages = _ints(args.stages, "stages") if args.stages else list(cal.ranks)
@@ -177,18 +201,19 @@ def _as_dict(p: pl.Prediction) -> dict:
             "predicted_peak_bytes": p.peak_bytes, "extrapolated": p.extrapolated}
 
 
-def _measure(args, cal: pl.Calibration) -> Path:
-    """Run the validation suite with the calibrated model (`distbench pipeline`, a launch of its
+def _measure(args, suite_name: str, model: str | None) -> Path:
+    """Run a planner suite (`distbench pipeline --suite S [--model M] --out OUT`, a launch of its
     own, its output shown as it runs); returns the new run directory."""
-    suite = resolve_suite(args.validate_suite, "pipeline")
+    suite = resolve_suite(suite_name, "pipeline")
     name = tomllib.loads(suite.read_text()).get("name", suite.stem)
     before = latest_run(args.out, name)
-    cmd = [sys.executable, "-m", "bench", "pipeline", "--suite", str(suite), "--model", cal.model, "--out", args.out]
-    print(f"plan: measuring the held-out cases: {' '.join(cmd[1:])}", flush=True)
+    cmd = [sys.executable, "-m", "bench", "pipeline", "--suite", str(suite), *(["--model", model] if model else []),
+           "--out", args.out]
+    print(f"plan: measuring {name}: {' '.join(cmd[1:])}", flush=True)
     rc = subprocess.call(cmd)
     after = latest_run(args.out, name)
     if rc != 0 or after is None or after == before:
-        raise BenchError(f"the validation launch ({' '.join(cmd[2:])}) failed with exit code {rc}; nothing to validate")
+        raise BenchError(f"the {name} launch ({' '.join(cmd[2:])}) failed with exit code {rc}; nothing to plan on")
     return after
 
 
