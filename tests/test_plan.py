@@ -36,12 +36,12 @@ CAL = [observe("gpipe", m) for m in (1, 2, 4, 8)] + [observe("1f1b", m) for m in
 def test_calibration_recovers_the_known_costs_overhead_and_memory():
     cal = pl.fit(CAL, order_of)
     for k, ln in TRUE.items():
-        assert cal.costs[2][k].a == pytest.approx(ln.a, rel=1e-9)
-        assert cal.costs[2][k].c == pytest.approx(ln.c, rel=1e-9)
+        assert cal.costs[(2, "never")][k].a == pytest.approx(ln.a, rel=1e-9)
+        assert cal.costs[(2, "never")][k].c == pytest.approx(ln.c, rel=1e-9)
     assert cal.overhead == {(2, "gpipe"): pytest.approx(OVERHEAD, rel=1e-6), (2, "1f1b"): pytest.approx(OVERHEAD, rel=1e-6)}
     assert cal.placement_overhead == {(2, 1, "loop"): pytest.approx(OVERHEAD, rel=1e-6)}
     assert cal.base_bytes[2] == pytest.approx(BASE, rel=1e-9)
-    assert cal.bytes_per_inflight_sample == pytest.approx(PER_SAMPLE, rel=1e-9)
+    assert cal.bytes_per_inflight_sample == {"never": pytest.approx(PER_SAMPLE, rel=1e-9)}
     assert cal.micro_batches == (128, 1024) and cal.cases == 6
 
 
@@ -73,6 +73,61 @@ def test_overhead_is_per_schedule_and_an_uncalibrated_one_says_which_placement_i
     p = pl.predict(cal, pl.Candidate(stages=2, schedule="gpipe", chunks=4, micro_batch=256), order_of)
     order = order_of("gpipe", 2, 4)
     assert p.step_s == pytest.approx(replay(order, {k: ln.at(256) + 1.8e-3 for k, ln in TRUE.items()}).step_s)
+
+
+# Activation checkpointing (torchgpipe's modes): the backward re-runs the forward (recompute), and
+# a rank holds only each in-flight micro-batch's stage input: 1 KiB per sample here, not 4 KiB.
+CKPT_PER_SAMPLE = 1024
+
+
+def observe_ckpt(schedule, m, batch=1024):
+    b = batch // m
+    order = order_of(schedule, 2, m)
+    stage = {k: ln.at(b) for k, ln in TRUE.items()}
+    stage.update({(s, "B"): stage[(s, "B")] + stage[(s, "F")] for s in (0, 1)})
+    held = pl.inflight(order)
+    return pl.Observation(model="mlp-pipe", stages=2, schedule=schedule, chunks=m, micro_batch=b, checkpoint="always",
+                          step_s=replay(order, {k: t + OVERHEAD for k, t in stage.items()}).step_s, stage_s=stage,
+                          peak_bytes={r: BASE[r] + CKPT_PER_SAMPLE * held[r] * b for r in held},
+                          case_id=f"{schedule}.m{m}.always", run_id="cal")
+
+
+CAL_CKPT = [observe_ckpt("gpipe", m) for m in (1, 2, 8)] + [observe_ckpt("1f1b", 8)]
+
+
+def test_each_checkpoint_mode_is_calibrated_and_predicted_apart():
+    cal = pl.fit(CAL + CAL_CKPT, order_of)
+    assert cal.checkpoints == ("always", "never")
+    assert cal.costs[(2, "always")][(0, "B")].a == pytest.approx(TRUE[(0, "B")].a + TRUE[(0, "F")].a, rel=1e-9)
+    assert cal.costs[(2, "never")][(0, "B")].a == pytest.approx(TRUE[(0, "B")].a, rel=1e-9)
+    assert cal.bytes_per_inflight_sample == {"always": pytest.approx(CKPT_PER_SAMPLE, rel=1e-6),
+                                             "never": pytest.approx(PER_SAMPLE, rel=1e-6)}
+    assert cal.base_bytes[2] == pytest.approx(BASE, rel=1e-9)
+    held = observe_ckpt("1f1b", 4)
+    p = pl.predict(cal, pl.Candidate(stages=2, schedule="1f1b", chunks=4, micro_batch=256, checkpoint="always"),
+                   order_of)
+    assert p.step_s == pytest.approx(held.step_s, rel=1e-6)
+    assert p.peak_bytes == pytest.approx(max(held.peak_bytes.values()), rel=1e-6)
+    assert p.candidate.label == "pp2 1f1b m=4 b=256 ckpt=always" and p.extrapolated == ""
+
+
+def test_checkpointing_is_picked_when_only_it_fits_the_memory_limit():
+    """The article's trade-off: recompute costs time, and saves the activations of every
+    micro-batch in flight. GPipe m=8 holds 8 x 128 samples on each rank."""
+    cal = pl.fit(CAL + CAL_CKPT, order_of)
+    preds = [pl.predict(cal, pl.Candidate(stages=2, schedule="gpipe", chunks=8, micro_batch=128, checkpoint=c),
+                        order_of) for c in ("never", "always")]
+    assert preds[0].samples_per_s > preds[1].samples_per_s
+    best, over = pl.recommend(preds, memory_limit=120 * 2**20 + 2048 * 1024)
+    assert [p.candidate.label for p in best] == ["pp2 gpipe m=8 b=128 ckpt=always"]
+    assert [p.candidate.label for p in over] == ["pp2 gpipe m=8 b=128"]
+
+
+def test_an_uncalibrated_checkpoint_mode_is_refused():
+    cal = pl.fit(CAL, order_of)
+    with pytest.raises(BenchError, match=r"checkpoint mode always was not calibrated \(have never\)"):
+        pl.predict(cal, pl.Candidate(stages=2, schedule="gpipe", chunks=4, micro_batch=256, checkpoint="always"),
+                   order_of)
 
 
 def test_a_weight_gradient_action_gets_no_overhead():
@@ -377,3 +432,53 @@ def test_calibrate_refusals_come_before_any_launch(tmp_path, capsys, monkeypatch
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
+
+
+def stored_ckpt(tmp_path, name, observations):
+    d = stored(tmp_path, name, observations)
+    res = pd.read_parquet(d / "results.parquet")
+    res["checkpoint"] = [o.checkpoint for o in observations]
+    res.to_parquet(d / "results.parquet")
+    return d
+
+
+def test_plan_ranks_checkpoint_modes_under_a_memory_limit(tmp_path, capsys):
+    cal = stored_ckpt(tmp_path, "cal", CAL + CAL_CKPT)
+    limit = 120 * 2**20 + 2048 * 1024
+    assert main(["plan", str(cal), "--schedules", "gpipe", "--chunks", "8", "--memory-limit", str(limit),
+                 "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [(p["schedule"], p["checkpoint"]) for p in got["recommended"]] == [("gpipe", "always")]
+    assert [(p["schedule"], p["checkpoint"]) for p in got["over_memory_limit"]] == [("gpipe", "never")]
+    assert main(["plan", str(cal), "--schedules", "gpipe", "--chunks", "8", "--checkpoint", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "pp2 gpipe m=8 b=128" in out and "ckpt=always" not in out
+
+
+def test_a_checkpoint_mode_is_validated_against_its_own_runs(tmp_path, capsys):
+    cal = stored_ckpt(tmp_path, "cal", CAL + CAL_CKPT)
+    held = stored_ckpt(tmp_path, "held", [pl.Observation(**{**observe_ckpt("1f1b", 4).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [c["checkpoint"] for c in got["cases"]] == ["always"]
+    assert got["step_mape_pct"] == pytest.approx(0.0, abs=1e-3) and got["peak_mape_pct"] == pytest.approx(0.0, abs=1e-3)
+    assert set(pd.read_parquet(held / "plan_predictions.parquet")["checkpoint"].dropna()) == {"always"}
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("sometimes", "checkpoint mode 'sometimes' is not one of: always, except_last, never"),
+    ("except_last", "checkpoint mode except_last was not calibrated (have never)"),
+])
+def test_a_checkpoint_mode_that_cannot_be_planned_is_one_line(tmp_path, capsys, mode, message):
+    assert main(["plan", str(stored(tmp_path, "cal", CAL)), "--checkpoint", mode]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_why_states_the_checkpoint_trade_off(tmp_path, capsys):
+    cal = stored_ckpt(tmp_path, "cal", CAL + CAL_CKPT)
+    assert main(["plan", str(cal), "--schedules", "gpipe", "--chunks", "8", "--memory-limit",
+                 str(120 * 2**20 + 2048 * 1024)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("why "))
+    assert line.startswith("why pp2 gpipe m=8 b=128 ckpt=always: predicted bubble")
+    assert "checkpoint never: " in line and "x the throughput, peak 124 MiB against 121 MiB" in line

@@ -16,8 +16,13 @@ Calibrate (from stored pipeline runs of one model on one machine):
   with one stage per rank at 2 ranks, 0.5 ms with two, 2-4 ms at 4 ranks oversubscribed; 1F1B,
   whose runtime batches a forward's send with a backward's receive, runs about 8% faster than
   GPipe at 2 ranks with the same actions), so it is calibrated per schedule;
-  memory per rank: peak = base[r] + q * (activation bytes of the micro-batches rank r holds
-  at once), a least-squares line over calibration cases (q absorbs the allocator's rounding).
+  memory per rank: peak = base[depth, r] + q[checkpoint mode] * (samples of the micro-batches
+  rank r holds at once), least squares over calibration cases: the base (parameters, gradients,
+  optimizer state) is the same in every mode, the slope is the mode's (checkpointing keeps only
+  each in-flight micro-batch's stage input; q absorbs the allocator's rounding).
+  Activation checkpointing (torchgpipe's modes always / except_last / never): the stage times
+  are fitted per (model depth, mode), so a mode's recompute is in its measured B (or I); a mode
+  the calibration never ran is refused, not guessed.
 
 Predict (for a candidate: stages, schedule, chunks m, micro-batch b): replay torch's own action
 order for that schedule (bench.strategies.replay, orders from torch.distributed.pipelining)
@@ -58,6 +63,7 @@ class Observation:
     run_id: str = ""
     run_dir: str = ""
     bubble: float = float("nan")  # measured mean bubble, where the run has it
+    checkpoint: str = "never"  # activation checkpointing: always | except_last | never (bench.strategies.pp)
 
 
 def placement(schedule: str, ranks: int) -> tuple[int, int, str]:
@@ -97,16 +103,20 @@ def fit_line(xs, ys) -> Line:
 @dataclass(frozen=True, kw_only=True)
 class Calibration:
     model: str
-    costs: dict  # model stages -> {(stage, kind): Line}
+    costs: dict  # (model stages, checkpoint mode) -> {(stage, kind): Line}
     overhead: dict  # (pipeline ranks, schedule) -> seconds per sending action
     placement_overhead: dict  # placement(schedule, ranks) -> seconds per sending action
-    base_bytes: dict  # model stages -> {rank: bytes}
-    bytes_per_inflight_sample: float
+    base_bytes: dict  # model stages -> {rank: bytes} (parameters, gradients, optimizer state, runtime)
+    bytes_per_inflight_sample: dict  # checkpoint mode -> bytes a rank holds per in-flight sample
     micro_batches: tuple[int, int]  # calibrated range (min, max)
     ranks: tuple[int, ...]  # pipeline ranks of the calibration cases
-    configs: frozenset = frozenset()  # (ranks, schedule, chunks, micro-batch) measured for calibration
+    configs: frozenset = frozenset()  # (ranks, schedule, chunks, micro-batch, checkpoint) measured for calibration
     runs: tuple[str, ...]
     cases: int
+
+    @property
+    def checkpoints(self) -> tuple[str, ...]:
+        return tuple(sorted({mode for _, mode in self.costs}))
 
     def overhead_for(self, ranks: int, schedule: str) -> tuple[float, str]:
         """The per-action overhead of a schedule at `ranks`: its own where calibrated; else its
@@ -121,10 +131,13 @@ class Calibration:
         return self.placement_overhead[near], (f"overhead of {schedule} at {ranks} rank(s) not calibrated "
                                                f"(used placement {placement_label(near)})")
 
-    def extrapolation(self, n_stages: int, micro_batch: int) -> str:
+    def extrapolation(self, n_stages: int, micro_batch: int, checkpoint: str = "never") -> str:
         why = []
-        if n_stages not in self.costs:
-            why.append(f"{n_stages} model stages not calibrated (have {','.join(map(str, sorted(self.costs)))})")
+        if (n_stages, checkpoint) not in self.costs:
+            have = sorted(n for n, mode in self.costs if mode == checkpoint)
+            why.append(f"{n_stages} model stages not calibrated" + (f" with checkpoint {checkpoint}"
+                                                                   if checkpoint != "never" else "")
+                       + f" (have {','.join(map(str, have))})")
         lo, hi = self.micro_batches
         if not lo <= micro_batch <= hi:
             why.append(f"micro-batch {micro_batch} outside the calibrated {lo}..{hi}")
@@ -168,7 +181,7 @@ def fit(obs: list[Observation], order_of) -> Calibration:
     models = sorted({o.model for o in obs})
     if len(models) > 1:
         raise BenchError(f"calibration runs mix models {', '.join(models)}; pass runs of one model (--model)")
-    costs, depth = {}, {id(o): model_stages(o.schedule, o.stages) for o in obs}
+    costs, depth = {}, {id(o): (model_stages(o.schedule, o.stages), o.checkpoint) for o in obs}
     for n in sorted(set(depth.values())):
         pts: dict = {}
         for o in obs:
@@ -186,7 +199,7 @@ def fit(obs: list[Observation], order_of) -> Calibration:
         per_place.setdefault(placement(o.schedule, o.stages), []).append(x)
         held = inflight(order)
         for r, peak in o.peak_bytes.items():
-            rows.append((depth[id(o)], r, held.get(r, 0) * o.micro_batch))
+            rows.append((depth[id(o)][0], r, o.checkpoint, held.get(r, 0) * o.micro_batch))
             ys.append(peak)
     base, q = _fit_memory(rows, ys)
     mbs = [o.micro_batch for o in obs]
@@ -195,7 +208,7 @@ def fit(obs: list[Observation], order_of) -> Calibration:
                        placement_overhead={k: float(np.median(v)) for k, v in sorted(per_place.items())},
                        bytes_per_inflight_sample=q, micro_batches=(min(mbs), max(mbs)),
                        ranks=tuple(sorted({o.stages for o in obs})),
-                       configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch) for o in obs),
+                       configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint) for o in obs),
                        runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs))
 
 
@@ -214,20 +227,22 @@ def _overhead(costs: dict, order: dict, o: Observation) -> float:
     return float(brentq(gap, lo, hi, xtol=1e-12)) if gap(hi) > 0 else hi
 
 
-def _fit_memory(rows, ys) -> tuple[dict, float]:
-    """peak = base[(model stages, rank)] + q * samples in flight: one intercept per (depth, rank), one slope."""
+def _fit_memory(rows, ys) -> tuple[dict, dict]:
+    """peak = base[(model stages, rank)] + q[checkpoint mode] * samples in flight: one intercept per
+    (depth, rank) (parameters, gradients, optimizer state: the same in every mode), one slope per mode."""
     if not rows:
-        return {}, 0.0
-    keys = sorted({(p, r) for p, r, _ in rows})
-    x = np.zeros((len(rows), len(keys) + 1))
-    for i, (p, r, n) in enumerate(rows):
+        return {}, {}
+    keys = sorted({(p, r) for p, r, _, _ in rows})
+    modes = sorted({c for _, _, c, _ in rows})
+    x = np.zeros((len(rows), len(keys) + len(modes)))
+    for i, (p, r, c, n) in enumerate(rows):
         x[i, keys.index((p, r))] = 1.0
-        x[i, -1] = n
+        x[i, len(keys) + modes.index(c)] = n
     coef, *_ = np.linalg.lstsq(x, np.asarray(ys, float), rcond=None)
     base: dict = {}
-    for (p, r), v in zip(keys, coef[:-1]):
+    for (p, r), v in zip(keys, coef[:len(keys)]):
         base.setdefault(p, {})[r] = float(v)
-    return base, max(0.0, float(coef[-1]))
+    return base, {c: max(0.0, float(v)) for c, v in zip(modes, coef[len(keys):])}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -236,6 +251,7 @@ class Candidate:
     schedule: str
     chunks: int
     micro_batch: int
+    checkpoint: str = "never"
 
     @property
     def batch(self) -> int:
@@ -243,7 +259,8 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return f"pp{self.stages} {self.schedule} m={self.chunks} b={self.micro_batch}"
+        return (f"pp{self.stages} {self.schedule} m={self.chunks} b={self.micro_batch}"
+                + (f" ckpt={self.checkpoint}" if self.checkpoint != "never" else ""))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,13 +273,18 @@ class Prediction:
     extrapolated: str  # why, or ""
 
 
-def _scaled_costs(cal: Calibration, n_stages: int) -> dict:
-    """Costs at a model depth that was not calibrated: the nearest calibrated depth's whole-model
-    time per kind, split evenly over `n_stages` (an even balance is assumed)."""
-    if n_stages in cal.costs:
-        return cal.costs[n_stages]
-    near = min(cal.costs, key=lambda p: abs(p - n_stages))
-    have = cal.costs[near]
+def _scaled_costs(cal: Calibration, n_stages: int, checkpoint: str = "never") -> dict:
+    """Costs at a model depth that was not calibrated in this checkpoint mode: the nearest
+    calibrated depth's whole-model time per kind, split evenly over `n_stages` (an even balance
+    is assumed). A mode never calibrated is refused: its recompute and memory are not known."""
+    if (n_stages, checkpoint) in cal.costs:
+        return cal.costs[(n_stages, checkpoint)]
+    depths = [n for n, mode in cal.costs if mode == checkpoint]
+    if not depths:
+        raise BenchError(f"checkpoint mode {checkpoint} was not calibrated (have {', '.join(cal.checkpoints)}); "
+                         f"calibrate with runs of it (distbench pipeline --checkpoint {checkpoint})")
+    near = min(depths, key=lambda p: abs(p - n_stages))
+    have = cal.costs[(near, checkpoint)]
     out = {}
     for k in {k for _, k in have}:
         lines = [ln for (_, kk), ln in have.items() if kk == k]
@@ -275,17 +297,19 @@ def _scaled_costs(cal: Calibration, n_stages: int) -> dict:
 def predict(cal: Calibration, cand: Candidate, order_of) -> Prediction:
     order = order_of(cand.schedule, cand.stages, cand.chunks)
     n = model_stages(cand.schedule, cand.stages)
-    costs = _scaled_costs(cal, n)
+    costs = _scaled_costs(cal, n, cand.checkpoint)
     o, o_why = cal.overhead_for(cand.stages, cand.schedule)
     with_overhead = replay(order, _durations(costs, order, cand.micro_batch, o))
     compute = replay(order, _durations(costs, order, cand.micro_batch))
     held = inflight(order)
     base = cal.base_bytes.get(n) or (next(iter(cal.base_bytes.values()), {}) if cal.base_bytes else {})
     fallback = max(base.values()) if base else 0.0
-    peak = max(base.get(r, fallback) + cal.bytes_per_inflight_sample * held[r] * cand.micro_batch for r in held)
+    q = cal.bytes_per_inflight_sample[cand.checkpoint]
+    peak = max(base.get(r, fallback) + q * held[r] * cand.micro_batch for r in held)
     return Prediction(candidate=cand, step_s=with_overhead.step_s, samples_per_s=cand.batch / with_overhead.step_s,
                       bubble=compute.mean_bubble, peak_bytes=peak,
-                      extrapolated="; ".join(filter(None, [cal.extrapolation(n, cand.micro_batch), o_why])))
+                      extrapolated="; ".join(filter(None, [cal.extrapolation(n, cand.micro_batch, cand.checkpoint),
+                                                           o_why])))
 
 
 def recommend(preds: list[Prediction], memory_limit: float | None = None) -> tuple[list[Prediction], list[Prediction]]:

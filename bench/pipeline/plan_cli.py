@@ -18,6 +18,7 @@ from bench.results.schema import conform
 from bench.results.store import latest_run, load_run, write_parquet
 from bench.suite import resolve_suite, tomllib
 from bench.strategies import schedules as scheds
+from bench.strategies.pp import CHECKPOINTS
 from bench.units import parse_size
 from bench.workloads.models import get_spec
 
@@ -52,6 +53,8 @@ def observations(run_dirs) -> list[pl.Observation]:
                                       chunks=int(row["chunks"]), micro_batch=int(row["micro_batch"]),
                                       step_s=float(row["step_median_s"]), stage_s=stage_s, peak_bytes=peaks,
                                       case_id=str(row["case_id"]), run_id=str(row["run_id"]), run_dir=str(d),
+                                      checkpoint=str(row["checkpoint"]) if "checkpoint" in res.columns
+                                      and pd.notna(row["checkpoint"]) else "never",
                                       bubble=float(row["bubble_measured"]) if "bubble_measured" in res.columns
                                       and pd.notna(row["bubble_measured"]) else float("nan")))
     return out
@@ -71,6 +74,9 @@ def add_parser(sub):
     p.add_argument("--stages", default=None, help="pipeline ranks to consider, comma list (default: calibrated ones)")
     p.add_argument("--schedules", default=None, help="schedules to consider (default: every one torch ships)")
     p.add_argument("--chunks", default="1,2,4,8,16", help="micro-batch counts, comma list")
+    p.add_argument("--checkpoint", default=None,
+                   help="activation checkpointing modes to consider, comma list of always, except_last, never "
+                        "(default: the calibrated ones)")
     p.add_argument("--batch", type=int, default=None, help="mini-batch (default: the calibration runs')")
     p.add_argument("--memory-limit", default=None, help="per-rank memory limit, e.g. 2G: candidates above are dropped")
     p.add_argument("--top", type=int, default=5, help="how many recommendations to print")
@@ -98,8 +104,10 @@ def _ints(text, what) -> list[int]:
     return out
 
 
-def candidates(cal: pl.Calibration, stages, schedules, chunks, batch) -> tuple[list[pl.Candidate], list[str]]:
+def candidates(cal: pl.Calibration, stages, schedules, chunks, batch,
+               checkpoints=None) -> tuple[list[pl.Candidate], list[str]]:
     out, skipped = [], []
+    modes = checkpoints or cal.checkpoints
     for p in stages:
         for name in schedules:
             sch = scheds.get(name)
@@ -113,8 +121,22 @@ def candidates(cal: pl.Calibration, stages, schedules, chunks, batch) -> tuple[l
                 except BenchError as e:
                     skipped.append(f"{sch.name}: {e}")
                     break
-                out.append(pl.Candidate(stages=p, schedule=sch.name, chunks=m, micro_batch=batch // m))
+                out += [pl.Candidate(stages=p, schedule=sch.name, chunks=m, micro_batch=batch // m, checkpoint=c)
+                        for c in modes]
     return out, skipped
+
+
+def _modes(text, cal: pl.Calibration) -> list[str] | None:
+    if not text:
+        return None
+    modes = [m.strip() for m in str(text).split(",") if m.strip()]
+    for m in modes:
+        if m not in CHECKPOINTS:
+            raise BenchError(f"checkpoint mode '{m}' is not one of: {', '.join(CHECKPOINTS)}")
+        if m not in cal.checkpoints:
+            raise BenchError(f"checkpoint mode {m} was not calibrated (have {', '.join(cal.checkpoints)}); "
+                             f"calibrate with runs of it (distbench pipeline --checkpoint {m})")
+    return modes
 
 
 def _mib(b: float) -> str:
@@ -149,7 +171,7 @@ def cmd_plan(args) -> int:
     batch = args.batch or max(o.chunks * o.micro_batch for o in obs)
     stages = _ints(args.stages, "stages") if args.stages else list(cal.ranks)
     names = [scheds.canonical(s) for s in args.schedules.split(",")] if args.schedules else list(scheds.SCHEDULES)
-    cands, skipped = candidates(cal, stages, names, _ints(args.chunks, "chunks"), batch)
+    cands, skipped = candidates(cal, stages, names, _ints(args.chunks, "chunks"), batch, _modes(args.checkpoint, cal))
     preds = [pl.predict(cal, c, pl.torch_order) for c in cands]
     best, over = pl.recommend(preds, limit)
     if args.format == "json":
@@ -176,10 +198,14 @@ def cmd_plan(args) -> int:
 
 
 def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
-    """The trade-off behind the pick: the best other micro-batch count of the same schedule and
-    depth (bubble against per-micro-batch cost), and the best other schedule."""
+    """The trade-off behind the pick: the best other micro-batch count of the same schedule, depth
+    and checkpoint mode (bubble against per-micro-batch cost), the other checkpoint modes of the
+    same configuration (throughput against memory), and the best other schedule."""
     c = best.candidate
-    same = [p for p in preds if p is not best and (p.candidate.stages, p.candidate.schedule) == (c.stages, c.schedule)]
+    same = [p for p in preds if p is not best and (p.candidate.stages, p.candidate.schedule, p.candidate.checkpoint)
+            == (c.stages, c.schedule, c.checkpoint)]
+    modes = [p for p in preds if p.candidate.checkpoint != c.checkpoint
+             and (p.candidate.stages, p.candidate.schedule, p.candidate.chunks) == (c.stages, c.schedule, c.chunks)]
     other = [p for p in preds if p.candidate.schedule != c.schedule]
     out = [f"why {c.label}: predicted bubble {best.bubble:.0%}"]
     if same:
@@ -188,6 +214,9 @@ def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
                  if s.candidate.chunks > c.chunks else "a larger bubble")
         out.append(f"m={s.candidate.chunks}: bubble {s.bubble:.0%}, {best.samples_per_s / s.samples_per_s:.2f}x slower "
                    f"({trade})")
+    for p in modes:  # the memory / recompute trade-off of activation checkpointing
+        out.append(f"checkpoint {p.candidate.checkpoint}: {p.samples_per_s / best.samples_per_s:.2f}x the throughput, "
+                   f"peak {_mib(p.peak_bytes)} against {_mib(best.peak_bytes)}")
     if other:
         o = max(other, key=lambda p: p.samples_per_s)
         out.append(f"best other schedule {o.candidate.label}: {best.samples_per_s / o.samples_per_s:.2f}x slower")
@@ -196,7 +225,7 @@ def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
 
 def _as_dict(p: pl.Prediction) -> dict:
     return {"stages": p.candidate.stages, "schedule": p.candidate.schedule, "chunks": p.candidate.chunks,
-            "micro_batch": p.candidate.micro_batch, "predicted_step_s": p.step_s,
+            "micro_batch": p.candidate.micro_batch, "checkpoint": p.candidate.checkpoint, "predicted_step_s": p.step_s,
             "predicted_samples_per_s": p.samples_per_s, "predicted_bubble": p.bubble,
             "predicted_peak_bytes": p.peak_bytes, "extrapolated": p.extrapolated}
 
@@ -225,7 +254,8 @@ def _store(cal: pl.Calibration, held: list[pl.Observation], rows: list[dict]):
         mine = [o for o in held if o.run_dir == d]
         run_id, batch = mine[0].run_id, max(o.chunks * o.micro_batch for o in mine)
         cands, _ = candidates(cal, sorted({o.stages for o in mine}), list(scheds.SCHEDULES),
-                              sorted({o.chunks for o in mine} | {1, 2, 4, 8, 16}), batch)
+                              sorted({o.chunks for o in mine} | {1, 2, 4, 8, 16}), batch,
+                              sorted({o.checkpoint for o in mine} & set(cal.checkpoints)) or None)
         best, _ = pl.recommend([pl.predict(cal, c, pl.torch_order) for c in cands])
         ids = {o.case_id for o in mine}
         out = [{**{k: v for k, v in r.items() if k not in ("step_error", "peak_error")}, "role": "validation", "rank": 0}
@@ -243,7 +273,7 @@ def _pct(x: float) -> str:
 
 
 def _config(o) -> tuple:
-    return (o.stages, o.schedule, o.chunks, o.micro_batch)
+    return (o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint)
 
 
 def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
@@ -257,11 +287,11 @@ def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
     rows = []
     for o in held:
         p = pl.predict(cal, pl.Candidate(stages=o.stages, schedule=o.schedule, chunks=o.chunks,
-                                         micro_batch=o.micro_batch), pl.torch_order)
+                                         micro_batch=o.micro_batch, checkpoint=o.checkpoint), pl.torch_order)
         peak = max(o.peak_bytes.values()) if o.peak_bytes else float("nan")
         rows.append({"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages,
                      "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
-                     "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
+                     "checkpoint": o.checkpoint, "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
                      "step_error": p.step_s / o.step_s - 1, "predicted_bubble": p.bubble, "measured_bubble": o.bubble,
                      "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": peak,
                      "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated})
@@ -296,7 +326,7 @@ def over_launches(rows: list[dict]) -> list[dict]:
     if not rows:
         return []
     out = []
-    for _, g in pd.DataFrame(rows).groupby(["stages", "schedule", "chunks", "micro_batch"], sort=False):
+    for _, g in pd.DataFrame(rows).groupby(["stages", "schedule", "chunks", "micro_batch", "checkpoint"], sort=False):
         n = g["run_id"].nunique()
         if n < 2:
             continue
@@ -348,9 +378,9 @@ def _table(rows: list[dict]):
 
 def _print_errors(rows: list[dict], picks: list[dict]):
     e = _errors(rows)
-    print(f"step time MAPE {e['step_mape_pct']:.1f}%  peak memory MAPE {e['peak_mape_pct']:.1f}%"
-          + (f"  bubble |predicted - measured| mean {e['bubble_mean_gap_pp']:.1f} pp, max {e['bubble_max_gap_pp']:.1f} pp"
-             if e["bubble_max_gap_pp"] is not None else ""))
+    bubble = (f"  bubble |predicted - measured| mean {e['bubble_mean_gap_pp']:.1f} pp, "
+              f"max {e['bubble_max_gap_pp']:.1f} pp" if e["bubble_max_gap_pp"] is not None else "")
+    print(f"step time MAPE {e['step_mape_pct']:.1f}%  peak memory MAPE {e['peak_mape_pct']:.1f}%" + bubble)
     for w in picks:
         print(f"sweep {w['run_id']} pp{w['stages']} ({w['cases']} cases): the model picks {w['picked']} "
               f"(measured {w['picked_samples_per_s']:.0f} samples/s), the measured best is {w['best']} "
