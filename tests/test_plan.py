@@ -130,6 +130,52 @@ def test_an_uncalibrated_checkpoint_mode_is_refused():
                    order_of)
 
 
+# p2p between pipeline ranks, alpha-beta: 30 us + bytes / 2 GB/s; mlp-pipe's stage boundary
+# carries width 512 x float32 = 2 KiB per sample.
+LINK = pl.Link(alpha=30e-6, beta=2e9, source="sendrecv-run", sizes=(1024, 2**26))
+BOUNDARY = 512 * 4
+
+
+def observe_linked(schedule, m, link=LINK, batch=1024):
+    b = batch // m
+    order = order_of(schedule, 2, m)
+    wire = link.seconds(BOUNDARY * b)
+    dur = {k: ln.at(b) + OVERHEAD + (wire if k == (0, "F") or k == (1, "B") else 0.0) for k, ln in TRUE.items()}
+    return pl.Observation(**{**observe(schedule, m).__dict__, "step_s": replay(order, dur).step_s})
+
+
+def test_transfers_are_the_actions_whose_peer_stage_is_on_another_rank():
+    """A forward sends its output to the next stage, a backward (B or I) its input gradient to the
+    previous one; the V placement keeps its turn (stages p-1 and p) on one rank."""
+    link = pl.Link(alpha=1e-3, beta=1e9, source="x", sizes=(1, 2))
+    assert pl.transfers("gpipe", 2, gpipe_order(2, 2), 1000, link, 1) == {(0, "F"): 1e-3 + 1e-6, (1, "B"): 1e-3 + 1e-6}
+    zbv = pl.torch_order("zbv", 2, 4)
+    got = pl.transfers("zbv", 2, zbv, 1000, link, 1)
+    assert sorted(got) == [(0, "F"), (1, "I"), (2, "F"), (3, "I")]
+    assert pl.transfers("gpipe", 2, gpipe_order(2, 2), 1000, None, 1) == {}
+
+
+def test_a_calibration_with_a_link_keeps_the_transfers_out_of_the_overhead_and_predicts_another_link():
+    cal = pl.fit([observe_linked(s, m) for s, m in (("gpipe", 1), ("gpipe", 2), ("gpipe", 4), ("gpipe", 8),
+                                                   ("1f1b", 2), ("1f1b", 8))], order_of, link=LINK,
+                 boundary_bytes=BOUNDARY)
+    assert cal.overhead[(2, "gpipe")] == pytest.approx(OVERHEAD, rel=1e-6)
+    held = observe_linked("1f1b", 4)
+    cand = pl.Candidate(stages=2, schedule="1f1b", chunks=4, micro_batch=256)
+    assert pl.predict(cal, cand, order_of).step_s == pytest.approx(held.step_s, rel=1e-6)
+    slow = pl.Link(alpha=2e-3, beta=1e8, source="inter-node", sizes=(1024, 2**26))
+    p = pl.predict(cal, cand, order_of, link=slow)
+    assert p.step_s == pytest.approx(observe_linked("1f1b", 4, link=slow).step_s, rel=1e-6)
+    assert "p2p from inter-node, not the calibration's link (sendrecv-run)" in p.extrapolated
+
+
+def test_a_link_is_fitted_on_relative_error_over_a_sendrecv_run():
+    sizes = [2**k for k in range(10, 27, 2)]
+    link = pl.fit_link(sizes, [30e-6 + n / 2e9 for n in sizes], source="r")
+    assert link.alpha == pytest.approx(30e-6, rel=1e-6) and link.beta == pytest.approx(2e9, rel=1e-6)
+    assert link.sizes == (2**10, 2**26)
+
+
 def test_a_weight_gradient_action_gets_no_overhead():
     """W receives and sends nothing: the per-action overhead goes to F, B and I only."""
     costs = {(0, k): pl.Line(a=1e-3, c=0.0) for k in "FIW"}
@@ -482,3 +528,42 @@ def test_why_states_the_checkpoint_trade_off(tmp_path, capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("why "))
     assert line.startswith("why pp2 gpipe m=8 b=128 ckpt=always: predicted bubble")
     assert "checkpoint never: " in line and "x the throughput, peak 124 MiB against 121 MiB" in line
+
+
+def stored_sendrecv(tmp_path, name, alpha=30e-6, beta=2e9):
+    d = tmp_path / name
+    d.mkdir()
+    sizes = [2**k for k in range(10, 27, 2)]
+    pd.DataFrame([{"run_id": name, "case_id": f"sendrecv@{n}", "collective": "sendrecv", "size_bytes": n,
+                   "time_median_s": alpha + n / beta} for n in sizes]).to_parquet(d / "results.parquet")
+    (d / "meta.json").write_text(json.dumps({"run_id": name, "kind": "collectives", "suite": "p2p"}))
+    return d
+
+
+def test_plan_with_a_p2p_run_calibrates_the_link_and_predicts_another(tmp_path, capsys):
+    obs = [observe_linked(s, m) for s, m in (("gpipe", 1), ("gpipe", 2), ("gpipe", 4), ("gpipe", 8),
+                                              ("1f1b", 2), ("1f1b", 8))]
+    cal = stored(tmp_path, "cal", obs)
+    here, there = stored_sendrecv(tmp_path, "here"), stored_sendrecv(tmp_path, "there", alpha=2e-3, beta=1e8)
+    argv = ["plan", str(cal), "--schedules", "1f1b", "--chunks", "4", "--p2p", str(here)]
+    assert main([*argv, "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["calibration"]["overhead_per_action_s"]["pp2 gpipe"] == pytest.approx(OVERHEAD, rel=1e-5)
+    assert got["calibration"]["p2p"]["beta_bytes_per_s"] == pytest.approx(2e9, rel=1e-6)
+    assert got["recommended"][0]["predicted_step_s"] == pytest.approx(observe_linked("1f1b", 4).step_s, rel=1e-5)
+    assert main([*argv, "--target-p2p", str(there)]) == 0
+    out = capsys.readouterr().out
+    assert "p2p between pipeline ranks (alpha-beta, 2048 bytes per sample at a stage boundary): calibrated " \
+           "alpha 30.0 us, beta 2.00 GB/s (here); predicted with alpha 2000.0 us, beta 0.10 GB/s (there)" in out
+    assert "extrapolated: p2p from there, not the calibration's link (here)" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan", "{cal}", "--p2p", "{cal}"], "has no sendrecv cases; measure the link with"),
+    (["plan", "{cal}", "--target-p2p", "{cal}"], "--target-p2p needs --p2p"),
+])
+def test_p2p_refusals_are_one_line(tmp_path, capsys, argv, message):
+    cal = stored(tmp_path, "cal", CAL)
+    assert main([a.format(cal=cal) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err

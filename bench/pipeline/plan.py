@@ -101,6 +101,36 @@ def fit_line(xs, ys) -> Line:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Link:
+    """p2p between two pipeline ranks, alpha-beta: moving n bytes takes alpha + n / beta seconds
+    (Hockney's model), fitted on a sendrecv run (each rank sends and receives at once, as a
+    pipeline's batched p2p does)."""
+
+    alpha: float  # seconds
+    beta: float  # bytes per second
+    source: str  # the run it was fitted on
+    sizes: tuple[int, int]  # the measured range of message sizes
+
+    def seconds(self, n: float) -> float:
+        return self.alpha + n / self.beta
+
+    def label(self) -> str:
+        return f"alpha {self.alpha * 1e6:.1f} us, beta {self.beta / 1e9:.2f} GB/s ({self.source})"
+
+
+def fit_link(sizes, times, source: str) -> Link:
+    """alpha-beta by least squares on the relative error (weights 1 / t: a small message's
+    latency counts as much as a large one's bandwidth); alpha clipped at 0."""
+    xs, ys = np.asarray(sizes, float), np.asarray(times, float)
+    if len(set(xs.tolist())) < 2:
+        raise BenchError(f"p2p run '{source}' has one message size; alpha-beta needs two or more (--sizes)")
+    c, a = np.polyfit(xs, ys, 1, w=1.0 / ys)
+    if c <= 0:
+        raise BenchError(f"p2p run '{source}': time does not grow with the message size; no bandwidth to fit")
+    return Link(alpha=max(0.0, float(a)), beta=float(1.0 / c), source=source, sizes=(int(xs.min()), int(xs.max())))
+
+
+@dataclass(frozen=True, kw_only=True)
 class Calibration:
     model: str
     costs: dict  # (model stages, checkpoint mode) -> {(stage, kind): Line}
@@ -113,6 +143,8 @@ class Calibration:
     configs: frozenset = frozenset()  # (ranks, schedule, chunks, micro-batch, checkpoint) measured for calibration
     runs: tuple[str, ...]
     cases: int
+    link: Link | None = None  # p2p between pipeline ranks; None: the overhead holds the transfers
+    boundary_bytes: float = 0.0  # activation bytes per sample crossing a stage boundary (the model's)
 
     @property
     def checkpoints(self) -> tuple[str, ...]:
@@ -161,21 +193,41 @@ def busiest(order: dict) -> int:
     return max(len(acts) for acts in order.values())
 
 
-def _durations(costs: dict, order: dict, b: float, extra: float = 0.0) -> dict:
-    kinds = {(s, k) for acts in order.values() for s, k, _ in acts}
-    out = {}
-    for s, k in kinds:
-        if (s, k) in costs:
-            out[(s, k)] = costs[(s, k)].at(b) + (extra if k in SENDING else 0.0)
-        elif k in ("I", "W") and (s, "B") in costs:  # split backward not measured: half each (assumed)
-            out[(s, k)] = costs[(s, "B")].at(b) / 2 + (extra if k in SENDING else 0.0)
-        else:
-            raise BenchError(f"no calibrated time for stage {s} action {k}; calibrate with a run of this schedule")
+def transfers(schedule: str, ranks: int, order: dict, b: float, link: "Link | None", boundary_bytes: float) -> dict:
+    """(stage, kind) -> seconds of the p2p transfer the action sends to another rank: a forward
+    sends its output to the next stage, a backward (B or I) its input gradient to the previous one,
+    each b x boundary_bytes, when that stage is on another rank (the V placement keeps its turn,
+    stages p-1 and p, on one rank). None without a link."""
+    if link is None:
+        return {}
+    sch = scheds.get(schedule)
+    n, out = ranks * sch.per_rank, {}
+    for s, k in {(s, k) for acts in order.values() for s, k, _ in acts}:
+        peer = s + 1 if k == "F" else s - 1 if k in ("B", "I") else -1
+        if 0 <= peer < n and sch.rank_of(peer, ranks) != sch.rank_of(s, ranks):
+            out[(s, k)] = link.seconds(b * boundary_bytes)
     return out
 
 
-def fit(obs: list[Observation], order_of) -> Calibration:
-    """order_of(schedule, stages, chunks) -> {rank: [(stage, kind, mb), ...]} (torch's order)."""
+def _durations(costs: dict, order: dict, b: float, extra: float = 0.0, comm: dict | None = None) -> dict:
+    kinds = {(s, k) for acts in order.values() for s, k, _ in acts}
+    comm = comm or {}
+    out = {}
+    for s, k in kinds:
+        if (s, k) in costs:
+            t = costs[(s, k)].at(b)
+        elif k in ("I", "W") and (s, "B") in costs:  # split backward not measured: half each (assumed)
+            t = costs[(s, "B")].at(b) / 2
+        else:
+            raise BenchError(f"no calibrated time for stage {s} action {k}; calibrate with a run of this schedule")
+        out[(s, k)] = t + (extra if k in SENDING else 0.0) + comm.get((s, k), 0.0)
+    return out
+
+
+def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_bytes: float = 0.0) -> Calibration:
+    """order_of(schedule, stages, chunks) -> {rank: [(stage, kind, mb), ...]} (torch's order).
+    With a link (and the model's activation bytes per sample at a stage boundary) the transfers
+    are a term of their own and the overhead is what is left; without, the overhead holds them."""
     if not obs:
         raise BenchError("no pipeline cases to calibrate from; pass pipeline run directories (distbench pipeline ...)")
     models = sorted({o.model for o in obs})
@@ -194,7 +246,8 @@ def fit(obs: list[Observation], order_of) -> Calibration:
     rows, ys = [], []
     for o in obs:
         order = order_of(o.schedule, o.stages, o.chunks)
-        x = _overhead(costs[depth[id(o)]], order, o)
+        x = _overhead(costs[depth[id(o)]], order, o,
+                      transfers(o.schedule, o.stages, order, o.micro_batch, link, boundary_bytes))
         per_schedule.setdefault((o.stages, o.schedule), []).append(x)
         per_place.setdefault(placement(o.schedule, o.stages), []).append(x)
         held = inflight(order)
@@ -209,16 +262,17 @@ def fit(obs: list[Observation], order_of) -> Calibration:
                        bytes_per_inflight_sample=q, micro_batches=(min(mbs), max(mbs)),
                        ranks=tuple(sorted({o.stages for o in obs})),
                        configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint) for o in obs),
-                       runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs))
+                       runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs),
+                       link=link, boundary_bytes=boundary_bytes)
 
 
-def _overhead(costs: dict, order: dict, o: Observation) -> float:
+def _overhead(costs: dict, order: dict, o: Observation, comm: dict | None = None) -> float:
     """The per-action overhead at which the replay takes the measured step (negative when the
-    fitted compute alone already exceeds it: the fit is then too slow for this case)."""
+    fitted compute (and transfers) alone already exceed it: the fit is then too slow for this case)."""
     from scipy.optimize import brentq  # lazy: scipy only when a plan is calibrated
 
     def gap(x):
-        return replay(order, _durations(costs, order, o.micro_batch, x)).step_s - o.step_s
+        return replay(order, _durations(costs, order, o.micro_batch, x, comm)).step_s - o.step_s
 
     lo = -min(_durations(costs, order, o.micro_batch).values())
     hi = max(o.step_s / busiest(order), 1e-9)
@@ -294,12 +348,18 @@ def _scaled_costs(cal: Calibration, n_stages: int, checkpoint: str = "never") ->
     return out
 
 
-def predict(cal: Calibration, cand: Candidate, order_of) -> Prediction:
+def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = None) -> Prediction:
+    """`link`: the p2p of the machine predicted for (e.g. between nodes); default the calibration's."""
     order = order_of(cand.schedule, cand.stages, cand.chunks)
     n = model_stages(cand.schedule, cand.stages)
     costs = _scaled_costs(cal, n, cand.checkpoint)
     o, o_why = cal.overhead_for(cand.stages, cand.schedule)
-    with_overhead = replay(order, _durations(costs, order, cand.micro_batch, o))
+    wire = link or cal.link
+    if link is not None and cal.link is None:
+        raise BenchError("a target p2p link needs a calibration with its own (--p2p): without, the calibrated "
+                         "overhead already holds the calibration machine's transfers")
+    comm = transfers(cand.schedule, cand.stages, order, cand.micro_batch, wire, cal.boundary_bytes)
+    with_overhead = replay(order, _durations(costs, order, cand.micro_batch, o, comm))
     compute = replay(order, _durations(costs, order, cand.micro_batch))
     held = inflight(order)
     base = cal.base_bytes.get(n) or (next(iter(cal.base_bytes.values()), {}) if cal.base_bytes else {})
@@ -309,7 +369,13 @@ def predict(cal: Calibration, cand: Candidate, order_of) -> Prediction:
     return Prediction(candidate=cand, step_s=with_overhead.step_s, samples_per_s=cand.batch / with_overhead.step_s,
                       bubble=compute.mean_bubble, peak_bytes=peak,
                       extrapolated="; ".join(filter(None, [cal.extrapolation(n, cand.micro_batch, cand.checkpoint),
-                                                           o_why])))
+                                                           o_why, _link_note(cal.link, link)])))
+
+
+def _link_note(calibrated: Link | None, target: Link | None) -> str:
+    if target is None or target == calibrated:
+        return ""
+    return f"p2p from {target.source}, not the calibration's link ({calibrated.source})"
 
 
 def recommend(preds: list[Prediction], memory_limit: float | None = None) -> tuple[list[Prediction], list[Prediction]]:

@@ -60,6 +60,16 @@ def observations(run_dirs) -> list[pl.Observation]:
     return out
 
 
+def link(run_dir) -> pl.Link:
+    """alpha-beta from the sendrecv cases of a collectives run (the median time per size)."""
+    res = load_run(run_dir).tables.get("results")
+    if res is None or "collective" not in res.columns or not (res["collective"] == "sendrecv").any():
+        raise BenchError(f"run '{run_dir}' has no sendrecv cases; measure the link with "
+                         "`distbench collectives --collectives sendrecv` between two ranks")
+    g = res[res["collective"] == "sendrecv"].groupby("size_bytes")["time_median_s"].median()
+    return pl.fit_link(g.index.tolist(), g.tolist(), source=str(load_run(run_dir).meta.get("run_id") or run_dir))
+
+
 def add_parser(sub):
     p = sub.add_parser("plan", help="pipeline planner: predict and rank layouts/schedules/chunks (model predictions)")
     p.add_argument("runs", nargs="*", metavar="RUN_DIR",
@@ -90,6 +100,11 @@ def add_parser(sub):
                         "are pooled; with several validation launches each configuration is also judged on "
                         "its median over them")
     p.add_argument("--out", default="results", help="results root for the validation launch (default results/)")
+    p.add_argument("--p2p", default=None, metavar="RUN_DIR",
+                   help="a sendrecv run (distbench collectives) between the calibration's ranks: p2p becomes an "
+                        "alpha-beta term of its own instead of part of the per-action overhead")
+    p.add_argument("--target-p2p", default=None, metavar="RUN_DIR",
+                   help="predict with this sendrecv run's link (e.g. between nodes) instead of --p2p's")
     p.add_argument("--format", default="table", help="table | json")
     p.set_defaults(func=cmd_plan)
 
@@ -155,7 +170,12 @@ def cmd_plan(args) -> int:
     if args.model and not args.calibrate:
         raise BenchError(f"--model {args.model} is what --calibrate measures; without --calibrate the model is the "
                          "calibration runs'")
+    if args.target_p2p and not args.p2p:
+        raise BenchError("--target-p2p needs --p2p (the calibration machine's link): without it the calibrated "
+                         "overhead holds that machine's transfers")
     given = observations(args.runs) if args.runs else []  # before any launch: a wrong path costs nothing
+    wire = link(args.p2p) if args.p2p else None
+    target = link(args.target_p2p) if args.target_p2p else None
     if args.calibrate:
         resolve_suite(args.calibrate_suite, "pipeline")
         if args.model:
@@ -164,7 +184,8 @@ def cmd_plan(args) -> int:
         resolve_suite(args.validate_suite, "pipeline")
     measured = [_measure(args, args.calibrate_suite, args.model) for _ in range(args.launches if args.calibrate else 0)]
     obs = given + observations(measured)
-    cal = pl.fit(obs, pl.torch_order)
+    cal = pl.fit(obs, pl.torch_order, link=wire,
+                 boundary_bytes=get_spec(obs[0].model).boundary_bytes_per_sample if wire else 0.0)
     if args.validate is not None:
         runs = args.validate or [_measure(args, args.validate_suite, cal.model) for _ in range(args.launches)]
         return _validate(cal, observations(runs), args.format)
@@ -172,18 +193,24 @@ def cmd_plan(args) -> int:
     stages = _ints(args.stages, "stages") if args.stages else list(cal.ranks)
     names = [scheds.canonical(s) for s in args.schedules.split(",")] if args.schedules else list(scheds.SCHEDULES)
     cands, skipped = candidates(cal, stages, names, _ints(args.chunks, "chunks"), batch, _modes(args.checkpoint, cal))
-    preds = [pl.predict(cal, c, pl.torch_order) for c in cands]
+    preds = [pl.predict(cal, c, pl.torch_order, link=target) for c in cands]
     best, over = pl.recommend(preds, limit)
     if args.format == "json":
+        links = {k: {"alpha_s": w.alpha, "beta_bytes_per_s": w.beta, "source": w.source}
+                 for k, w in (("p2p", cal.link), ("target_p2p", target)) if w is not None}
         print(json.dumps({"prediction": True, "calibration": {"runs": cal.runs, "cases": cal.cases,
                                                                "overhead_per_action_s": {
-                                                                   f"pp{r} {n}": v for (r, n), v in cal.overhead.items()}},
+                                                                   f"pp{r} {n}": v for (r, n), v in cal.overhead.items()},
+                                                               **links},
                           "recommended": [_as_dict(p) for p in best[:args.top]],
                           "over_memory_limit": [_as_dict(p) for p in over], "skipped": skipped}, indent=1))
         return 0
     print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on {cal.cases} "
           f"case(s) of {len(cal.runs)} run(s), model {cal.model}; overhead per action "
           + ", ".join(f"pp{r} {n} {v * 1e6:.0f} us" for (r, n), v in cal.overhead.items()))
+    if cal.link:
+        print(f"p2p between pipeline ranks (alpha-beta, {cal.boundary_bytes:.0f} bytes per sample at a stage boundary): "
+              f"calibrated {cal.link.label()}" + (f"; predicted with {target.label()}" if target else ""))
     print(f"{'#':>2}  {'candidate':<32} {'step ms':>9} {'samples/s':>10} {'bubble':>7} {'peak/rank':>10}  note")
     for i, p in enumerate(best[:args.top], 1):
         print(f"{i:>2}  {p.candidate.label:<32} {p.step_s * 1e3:>9.2f} {p.samples_per_s:>10.1f} {p.bubble:>7.1%} "

@@ -46,6 +46,11 @@ class ModelSpec:
     def tokens_per_sample(self) -> int:
         return self.seq if self.family == "gpt" else 1
 
+    @property
+    def boundary_bytes_per_sample(self) -> int:
+        """Bytes of the float32 activation between two pieces (what a pipeline stage sends on), per sample."""
+        return self.width * self.tokens_per_sample * 4
+
 
 # MLP presets: width x depth. mlp-pipe is sized for the 2-core CPU default of bench-pipeline
 # (batch 1024): a stage's weights (4 x 1 MiB) stay in cache, so the two ranks computing at once
