@@ -113,6 +113,18 @@ class Live(Protocol):
     def done(self, tables: dict) -> None: ...
 
 
+def drawn_by(module: str, name: str, *args, **kwargs) -> Callable:
+    """A report function of `module` (a kind's plots), imported when first called with
+    (entries, out, *args, **kwargs): plots pull matplotlib (about 1-2 s), which a command that draws
+    nothing (runs, history, gate, a benchmark) should not pay at its start."""
+
+    def draw(entries, out):
+        return getattr(importlib.import_module(module), name)(entries, out, *args, **kwargs)
+
+    draw.__qualname__ = f"{module}.{name}"
+    return draw
+
+
 def one_launch_per_world(cfg, backend: str, worlds) -> Plan:
     return Plan(launches=[LaunchPlan(world=w, config=cfg) for w in worlds])
 

@@ -24,10 +24,9 @@ from bench.allreduce.nccl_log import PROBE, log_env, write_nccl_tuning
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
-from bench.allreduce import plots
 from bench.allreduce.memory import MEMORY
 from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
-from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report
+from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
 from bench.harness.rows import timed_tables
 from bench.options import overrides
 from bench.report.summaries import allreduce_summary
@@ -237,6 +236,7 @@ KIND = KINDS.register(Kind(
     read=Reading(keys=("algorithm", "variant"), metrics=COMM_METRICS, group="algorithm",
                  narrow=narrow_sized("-a", "algorithm"), aliases=("algorithm", "algorithms"), settings=COMM_SETTINGS,
                  sized=True),
-    report=Report(title="Allreduce algorithms", section=plots.section, summary=allreduce_summary, live=AllreduceLive,
-                  headline=plots.headline),
+    report=Report(title="Allreduce algorithms", section=drawn_by("bench.allreduce.plots", "section"),
+                  summary=allreduce_summary, live=AllreduceLive,
+                  headline=drawn_by("bench.allreduce.plots", "headline")),
 ))

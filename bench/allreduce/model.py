@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import nnls
 
 from bench.timing.stats import GB
 
@@ -81,6 +80,8 @@ def fit(cost: Cost, worlds: Sequence[int], sizes: Sequence[float], times_s: Sequ
     scale = design.max(axis=0)
     if not np.all(scale > 0):
         return None
+    from scipy.optimize import nnls  # lazy: scipy only when a model is fitted, not at every command's start
+
     coef, _ = nnls(design / scale, np.ones(len(t)))
     alpha, beta = (coef / scale).tolist()
     model = np.asarray(rows) @ np.array([alpha, beta])

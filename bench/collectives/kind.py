@@ -13,10 +13,9 @@ from bench.collectives.base import wrong_elements
 from bench.collectives.config import CaseSpec, CollectivesConfig, expand
 from bench.collectives import probe
 from bench.errors import BenchError
-from bench.collectives import plots
 from bench.collectives.memory import MEMORY
 from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
-from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report
+from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
 from bench.harness.rows import timed_tables
 from bench.options import overrides
 from bench.report.summaries import collectives_summary
@@ -188,6 +187,7 @@ KIND = KINDS.register(Kind(
     # gate groups: one per case_id (a collective at one dtype, op, root and mode; shown by its collective)
     read=Reading(metrics=COMM_METRICS, group="case_id", narrow=narrow_sized("-c", "collective"),
                  aliases=("collective",), settings=COMM_SETTINGS, sized=True),
-    report=Report(title="Collectives", section=plots.section, summary=collectives_summary, live=CollectivesLive,
-                  headline=plots.headline),
+    report=Report(title="Collectives", section=drawn_by("bench.collectives.plots", "section"),
+                  summary=collectives_summary, live=CollectivesLive,
+                  headline=drawn_by("bench.collectives.plots", "headline")),
 ))

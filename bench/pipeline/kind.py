@@ -5,14 +5,12 @@ calibrated replay; one unit per case, then (once) the one-process micro-batch ef
 import dataclasses
 
 from bench.errors import BenchError
-from bench.kind import KINDS, Kind, Reading, Report
+from bench.kind import KINDS, Kind, Reading, Report, drawn_by
 from bench.options import add_training_options, ints, overrides
-from bench.pipeline import plan_plots
 from bench.pipeline.config import PipelineConfig, expand_pipeline
 from bench.strategies.dims import arithmetic
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
-from bench.strategies import plots
 from bench.strategies.measure import efficiency_curve, measure
 from bench.strategies.memory import memory_of
 from bench.strategies.schedules import SCHEDULES
@@ -80,6 +78,15 @@ def at_world(cfg: PipelineConfig, world: int) -> PipelineConfig:
     return dataclasses.replace(cfg, stages=fits, world=(world,))
 
 
+def _section(entries, out):
+    """The strategies section of the pipeline runs, with the planner's predicted-vs-measured plot
+    where a run has plan_predictions (plots imported here: matplotlib only when a report is drawn)."""
+    from bench.pipeline import plan_plots  # lazy: matplotlib only when a report is drawn
+    from bench.strategies import plots  # lazy: matplotlib only when a report is drawn
+
+    return plan_plots.add(plots.section(entries, out, "pipeline", pipeline=True), entries, out)
+
+
 KIND = KINDS.register(Kind(
     module=__name__, name="pipeline", help="pipeline parallelism (torch.distributed.pipelining): chunks sweep, bubble",
     config=PipelineConfig, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
@@ -89,8 +96,6 @@ KIND = KINDS.register(Kind(
     # runs stored before meta.json named the kind: a suite named pipeline* was a pipeline sweep
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule", settings=TRAIN_SETTINGS,
                  claims=lambda meta: not meta.get("kind") and str(meta.get("suite", "")).startswith("pipeline")),
-    report=Report(title="Pipeline", section=lambda entries, out: plan_plots.add(
-                      plots.section(entries, out, "pipeline", pipeline=True), entries, out),
-                  summary=strategies_summary, live=StrategiesLive,
-                  headline=lambda entries, out: plots.headline(entries, out, "pipeline", pipeline=True)),
+    report=Report(title="Pipeline", section=_section, summary=strategies_summary, live=StrategiesLive,
+                  headline=drawn_by("bench.strategies.plots", "headline", "pipeline", pipeline=True)),
 ))

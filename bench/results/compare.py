@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from bench.errors import BenchError
 from bench.kind import BASE_KEYS, KINDS, Metric, Reading, kind_named  # noqa: F401  (Metric, BASE_KEYS re-exported)
@@ -137,6 +136,14 @@ def _int_or_none(v):
 # Statistics
 
 
+def _t_ppf(q: float, df: int) -> float:
+    """Student's t quantile (scipy.stats, imported here: scipy.stats costs about 2 s at start, and
+    every distbench command imports this module)."""
+    from scipy import stats  # lazy: scipy.stats costs about 2 s at every command's start
+
+    return float(stats.t.ppf(q, df))
+
+
 def band_log(log_values, alpha: float, launches: int = 1) -> float:
     """One-sided (1 - alpha) prediction bound, in log units, for the mean of `launches` new launches
     given R repeats (NaN with fewer than 2): t_{1-alpha, R-1} * s * sqrt(1/launches + 1/R)."""
@@ -145,13 +152,13 @@ def band_log(log_values, alpha: float, launches: int = 1) -> float:
     if r < 2:
         return math.nan
     s = float(np.std(x, ddof=1))
-    return float(stats.t.ppf(1 - alpha, r - 1) * s * math.sqrt(1 / launches + 1 / r))
+    return _t_ppf(1 - alpha, r - 1) * s * math.sqrt(1 / launches + 1 / r)
 
 
 def geometric_center(values) -> float:
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x) & (x > 0)]
-    return float(stats.gmean(x)) if x.size else math.nan
+    return float(np.exp(np.mean(np.log(x)))) if x.size else math.nan
 
 
 def worse_log(baseline: float, current: float, lower_is_better: bool) -> float:
@@ -300,10 +307,10 @@ def two_sample(base, cur, alpha: float, pooled: bool = False) -> tuple[float, fl
     if pooled and m >= 2 and r >= 2:
         df = r + m - 2
         s = math.sqrt(((r - 1) * np.var(x, ddof=1) + (m - 1) * np.var(y, ddof=1)) / df)
-        return est, float(stats.t.ppf(1 - alpha, df) * s * math.sqrt(1 / r + 1 / m))
+        return est, _t_ppf(1 - alpha, df) * s * math.sqrt(1 / r + 1 / m)
     if r < 2:
         return est, math.nan
-    return est, float(stats.t.ppf(1 - alpha, r - 1) * np.std(x, ddof=1) * math.sqrt(1 / m + 1 / r))
+    return est, _t_ppf(1 - alpha, r - 1) * float(np.std(x, ddof=1)) * math.sqrt(1 / m + 1 / r)
 
 
 def _verdict(est: float, band: float, reach: float, tolerance: float, max_band: float) -> str:

@@ -5,11 +5,10 @@ import dataclasses
 import sys
 
 from bench.errors import BenchError
-from bench.kind import KINDS, Kind, Reading, Report
+from bench.kind import KINDS, Kind, Reading, Report, drawn_by
 from bench.options import add_training_options, ints, overrides
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
-from bench.strategies import plots
 from bench.strategies.config import StrategiesConfig, expand_strategies
 from bench.strategies.memory import memory_of
 from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
@@ -70,7 +69,8 @@ KIND = KINDS.register(Kind(
     add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
     at_world=at_world, memory=memory_of(expand_strategies),
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="strategy", aliases=("strategy",), settings=TRAIN_SETTINGS),
-    report=Report(title="Strategies", section=lambda entries, out: plots.section(entries, out, "strategies", pipeline=False),
+    report=Report(title="Strategies",
+                  section=drawn_by("bench.strategies.plots", "section", "strategies", pipeline=False),
                   summary=strategies_summary, live=StrategiesLive,
-                  headline=lambda entries, out: plots.headline(entries, out, "strategies", pipeline=False)),
+                  headline=drawn_by("bench.strategies.plots", "headline", "strategies", pipeline=False)),
 ))
