@@ -43,7 +43,7 @@ from bench.results import ab
 from bench.results import baseline as bl
 from bench.results import index as ix
 from bench.results.compare import normalize_kind, reading
-from bench.results.history import Target, _geomean, _match
+from bench.results.history import Target, _geomeans, _match
 from bench.results.store import load_run
 
 DEFAULT_PAIRS = 3
@@ -114,10 +114,10 @@ def _value(rows: pd.DataFrame, target) -> dict:
     keys = [c for c in reading(kind).key_columns() if c in hit]
     hit = _common(hit, keys)
     rest = _common(rows[(rows["kind"] == kind) & ~rows.index.isin(hit.index)], keys)
-    own = {str(r): _geomean(g[metric]) for r, g in hit.groupby("run_id")}
+    own = {str(r): float(v) for r, v in _geomeans(hit[metric], hit["run_id"]).items()}
     if rest.empty:
         return own
-    other = {str(r): _geomean(g[metric]) for r, g in rest.groupby("run_id")}
+    other = {str(r): float(v) for r, v in _geomeans(rest[metric], rest["run_id"]).items()}
     return {r: v / other[r] for r, v in own.items() if r in other}
 
 

@@ -160,12 +160,14 @@ def _spread_columns(metric: str, rows: pd.DataFrame) -> tuple[str | None, str | 
     return (lo, hi) if ok else (None, None)
 
 
-def _geomean(v: pd.Series) -> float:
-    v = pd.to_numeric(v, errors="coerce")
-    v = v[v > 0]
-    if len(v) == 1:  # one case: its stored value exactly
-        return float(v.iloc[0])
-    return float(np.exp(np.log(v).mean())) if len(v) else math.nan
+def _geomeans(v: pd.Series, by: pd.Series) -> pd.Series:
+    """Per group of `by`, the geometric mean of v's positive values (one groupby, not a loop over
+    runs); a group with one such value keeps it exactly; none: NaN."""
+    v = pd.to_numeric(v, errors="coerce").astype(float)
+    v = v.where(v > 0)
+    g = pd.DataFrame({"by": by.values, "v": v.values, "log": np.log(v.values)}).groupby("by", sort=False)
+    n, first = g["v"].count(), g["v"].first()
+    return pd.Series(np.where(n == 1, first, np.exp(g["log"].mean())), index=n.index).where(n > 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,25 +244,24 @@ def history(root, target: Target, *, suite=None, kind=None, fingerprint=None, me
     gens = baseline_generations(root)
     points, steps, notes = [], [], []
     for finger, line in hit.groupby("fingerprint", sort=True):
-        common = None  # the target's cases every run of this line has
-        for _, g in line.groupby("dir"):
-            k = set(map(tuple, g[keys].astype(str).values))
-            common = k if common is None else common & k
-        line = line[[tuple(x) in common for x in line[keys].astype(str).values]]
+        case = pd.Series(list(map(tuple, line[keys].astype(str).values)), index=line.index)
+        runs_with = line.groupby(case)["dir"].nunique()  # the target's cases every run of this line has
+        line = line[case.map(runs_with).eq(line["dir"].nunique()).values]
         if line.empty:
             notes.append(f"{finger}: no case of '{target.label}' is in every run; nothing plotted")
             continue
-        rows = []
-        for d, g in line.groupby("dir"):
-            m = meta.loc[d]
-            rows.append({"fingerprint": finger, "git_sha": m["git_sha"], "git_dirty": m["git_dirty"],
-                         "start": m["start"], "run_id": m["run_id"], "dir": d, "cases": len(g),
-                         "value": _geomean(g[metric]),
-                         "lo": _geomean(g[lo_col]) if lo_col else math.nan,
-                         "hi": _geomean(g[hi_col]) if hi_col else math.nan,
-                         "baseline": f"g{gens[(finger, m['run_id'])]}" if (finger, m["run_id"]) in gens else "",
-                         "_pos": positions.get(m["git_sha"])})
-        pts = pd.DataFrame(rows)
+        dirs = line["dir"]
+        pts = pd.DataFrame({"cases": dirs.value_counts(sort=False), "value": _geomeans(line[metric], dirs)})
+        for col, name in ((lo_col, "lo"), (hi_col, "hi")):
+            pts[name] = _geomeans(line[col], dirs) if col else math.nan
+        pts = pts.rename_axis("dir").reset_index().sort_values("dir", kind="stable")
+        m = meta.loc[pts["dir"]]
+        pts = pts.assign(fingerprint=finger, git_sha=m["git_sha"].values, git_dirty=m["git_dirty"].values,
+                         start=m["start"].values, run_id=m["run_id"].values)
+        pts["baseline"] = [f"g{gens[(finger, r)]}" if (finger, r) in gens else "" for r in pts["run_id"]]
+        pts["_pos"] = pts["git_sha"].map(positions)
+        pts = pts[["fingerprint", "git_sha", "git_dirty", "start", "run_id", "dir", "cases", "value", "lo", "hi",
+                   "baseline", "_pos"]]
         by_commit = pts["_pos"].notna().all()
         if not by_commit:
             notes.append(f"{finger}: ordered by start time ({int(pts['_pos'].isna().sum())} run(s) on commits "
