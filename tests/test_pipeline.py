@@ -119,6 +119,18 @@ def test_validation(kw, message):
     assert message in str(e.value)
 
 
+def test_a_sweep_skips_each_combination_its_schedule_cannot_run_and_says_why():
+    """A suite sweeps stages x chunks x schedules: DualPipeV needs chunks >= 2 x ranks, so at 4
+    ranks chunks 4 is left out (noted) while chunks 16 runs, and at 2 ranks both run."""
+    cases, notes = expand_pipeline(PipelineConfig(model="mlp-pipe", stages=(2, 4), chunks=(4, 16), batch=1024,
+                                                  schedules=("dualpipev",)))
+    assert sorted((c.world, c.chunks) for c in cases) == [(2, 4), (2, 16), (4, 16)]
+    assert notes == ["dualpipev skipped for chunks 4 at 4 stages: it needs chunks >= pipeline stages "
+                     "(2 x 4 ranks = 8): chunks 4 < 8"]
+    with pytest.raises(BenchError, match="no pipeline case can run: dualpipev skipped for chunks 4 at 4 stages"):
+        PipelineConfig(model="mlp-pipe", stages=(4,), chunks=(4,), batch=1024, schedules=("dualpipev",))
+
+
 def test_1f1b_below_stages_is_skipped_in_a_default_sweep():
     
     cases, notes = expand_pipeline(PipelineConfig(model="mlp-tiny", chunks=(1, 2), batch=8))

@@ -6,6 +6,7 @@ from bench.errors import BenchError, unknown
 from bench.strategies.config import CaseSpec
 from bench.strategies.dims import ParallelDims
 from bench.strategies.pp import CHECKPOINTS, validate
+from bench.strategies import schedules as scheds
 from bench.strategies.schedules import canonical, torch_class
 from bench.strategies.layout import check_dims
 from bench.strategies.tp import validate as tp_validate
@@ -91,8 +92,9 @@ def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
     for stages in cfg.stages:
         for sched in cfg.schedules:
             for m in cfg.chunks:
-                if sched == "1f1b" and m < stages and not cfg.strict:  # a default sweep: GPipe covers it
-                    skipped.setdefault((stages, sched), []).append(m)
+                why = scheds.get(sched).rule(stages, m)
+                if why and not cfg.strict:  # a sweep runs the combinations each schedule can run
+                    skipped.setdefault((stages, sched), []).append((m, why))
                     continue
                 for mb in (cfg.micro_batch or (0,)):
                     # fixed micro-batch mode: micro_batch samples per micro-batch of every data-parallel pipeline
@@ -111,6 +113,10 @@ def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
                                               schedule=sched, checkpoint=ck, batch=batch, micro_batch=mb,
                                               balance=cfg.balance, tp=cfg.tp, dp=cfg.dp, fsdp=cfg.fsdp))
     for (stages, sched), ms in skipped.items():
-        notes.append(f"{sched} skipped for chunks {','.join(map(str, ms))} at {stages} stages: it needs "
-                     f"chunks >= stages (those ran under gpipe only)")
+        chunks = ",".join(str(m) for m, _ in ms)
+        why = ("needs chunks >= stages (those ran under gpipe only)" if sched == "1f1b" and "gpipe" in cfg.schedules
+               else ms[-1][1])
+        notes.append(f"{sched} skipped for chunks {chunks} at {stages} stages: it {why}")
+    if not cases:
+        raise BenchError("no pipeline case can run: " + "; ".join(notes))
     return cases, notes
