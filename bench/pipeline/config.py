@@ -6,8 +6,7 @@ from bench.errors import BenchError, unknown
 from bench.strategies.config import CaseSpec
 from bench.strategies.dims import ParallelDims
 from bench.strategies.pp import CHECKPOINTS, validate
-from bench.strategies import schedules as scheds
-from bench.strategies.schedules import canonical, torch_class
+from bench.strategies.schedules import canonical, get as schedule, torch_class
 from bench.strategies.layout import check_dims
 from bench.strategies.tp import validate as tp_validate
 from bench.suite import RunConfig, at_least
@@ -92,7 +91,7 @@ def expand_pipeline(cfg: PipelineConfig) -> tuple[list[CaseSpec], list[str]]:
     for stages in cfg.stages:
         for sched in cfg.schedules:
             for m in cfg.chunks:
-                why = scheds.get(sched).rule(stages, m)
+                why = schedule(sched).rule(stages, m)
                 if why and not cfg.strict:  # a sweep runs the combinations each schedule can run
                     skipped.setdefault((stages, sched), []).append((m, why))
                     continue

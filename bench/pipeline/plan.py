@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch.nn as nn
 
+from bench.allreduce import model as hockney
 from bench.errors import BenchError
 from bench.strategies import schedules as scheds
 from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order, replay
@@ -119,15 +120,16 @@ class Link:
 
 
 def fit_link(sizes, times, source: str) -> Link:
-    """alpha-beta by least squares on the relative error (weights 1 / t: a small message's
-    latency counts as much as a large one's bandwidth); alpha clipped at 0."""
-    xs, ys = np.asarray(sizes, float), np.asarray(times, float)
-    if len(set(xs.tolist())) < 2:
+    """alpha-beta of one message of n bytes, by bench.allreduce.model's Hockney fit (non-negative
+    least squares on the relative error: a small message's latency counts as much as a large one's
+    bandwidth)."""
+    got = hockney.fit(lambda _: (1.0, 1.0), [2] * len(sizes), sizes, times)
+    if got is None:
         raise BenchError(f"p2p run '{source}' has one message size; alpha-beta needs two or more (--sizes)")
-    c, a = np.polyfit(xs, ys, 1, w=1.0 / ys)
-    if c <= 0:
+    if got.beta_s_per_byte <= 0:
         raise BenchError(f"p2p run '{source}': time does not grow with the message size; no bandwidth to fit")
-    return Link(alpha=max(0.0, float(a)), beta=float(1.0 / c), source=source, sizes=(int(xs.min()), int(xs.max())))
+    return Link(alpha=got.alpha_s, beta=1.0 / got.beta_s_per_byte, source=source,
+                sizes=(int(min(sizes)), int(max(sizes))))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +151,12 @@ class Calibration:
     @property
     def checkpoints(self) -> tuple[str, ...]:
         return tuple(sorted({mode for _, mode in self.costs}))
+
+    def check_mode(self, checkpoint: str):
+        """A mode the calibration never ran is refused: its recompute and memory are not known."""
+        if checkpoint not in self.checkpoints:
+            raise BenchError(f"checkpoint mode {checkpoint} was not calibrated (have {', '.join(self.checkpoints)}); "
+                             f"calibrate with runs of it (distbench pipeline --checkpoint {checkpoint})")
 
     def overhead_for(self, ranks: int, schedule: str) -> tuple[float, str]:
         """The per-action overhead of a schedule at `ranks`: its own where calibrated; else its
@@ -333,10 +341,8 @@ def _scaled_costs(cal: Calibration, n_stages: int, checkpoint: str = "never") ->
     is assumed). A mode never calibrated is refused: its recompute and memory are not known."""
     if (n_stages, checkpoint) in cal.costs:
         return cal.costs[(n_stages, checkpoint)]
+    cal.check_mode(checkpoint)
     depths = [n for n, mode in cal.costs if mode == checkpoint]
-    if not depths:
-        raise BenchError(f"checkpoint mode {checkpoint} was not calibrated (have {', '.join(cal.checkpoints)}); "
-                         f"calibrate with runs of it (distbench pipeline --checkpoint {checkpoint})")
     near = min(depths, key=lambda p: abs(p - n_stages))
     have = cal.costs[(near, checkpoint)]
     out = {}

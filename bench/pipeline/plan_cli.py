@@ -62,12 +62,13 @@ def observations(run_dirs) -> list[pl.Observation]:
 
 def link(run_dir) -> pl.Link:
     """alpha-beta from the sendrecv cases of a collectives run (the median time per size)."""
-    res = load_run(run_dir).tables.get("results")
+    run = load_run(run_dir)
+    res = run.tables.get("results")
     if res is None or "collective" not in res.columns or not (res["collective"] == "sendrecv").any():
         raise BenchError(f"run '{run_dir}' has no sendrecv cases; measure the link with "
                          "`distbench collectives --collectives sendrecv` between two ranks")
     g = res[res["collective"] == "sendrecv"].groupby("size_bytes")["time_median_s"].median()
-    return pl.fit_link(g.index.tolist(), g.tolist(), source=str(load_run(run_dir).meta.get("run_id") or run_dir))
+    return pl.fit_link(g.index.tolist(), g.tolist(), source=str(run.meta.get("run_id") or run_dir))
 
 
 def add_parser(sub):
@@ -148,9 +149,7 @@ def _modes(text, cal: pl.Calibration) -> list[str] | None:
     for m in modes:
         if m not in CHECKPOINTS:
             raise BenchError(f"checkpoint mode '{m}' is not one of: {', '.join(CHECKPOINTS)}")
-        if m not in cal.checkpoints:
-            raise BenchError(f"checkpoint mode {m} was not calibrated (have {', '.join(cal.checkpoints)}); "
-                             f"calibrate with runs of it (distbench pipeline --checkpoint {m})")
+        cal.check_mode(m)
     return modes
 
 
