@@ -1,6 +1,8 @@
 """distbench plan: the calibrated pipeline model recovers known costs exactly, predicts what its
 own replay says, ranks under a memory limit, and reads stored runs."""
 
+from pathlib import Path
+
 import pytest
 
 from bench.errors import BenchError
@@ -567,3 +569,34 @@ def test_p2p_refusals_are_one_line(tmp_path, capsys, argv, message):
     assert main([a.format(cal=cal) for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
+
+
+def test_calibrate_and_validate_interleave_their_launches_abba(tmp_path, capsys, monkeypatch):
+    """--calibrate --validate --launches 2 measures calibrate, validate, validate, calibrate (A B B A):
+    a host that drifts linearly over the launches drifts the same for both, so the calibration is
+    not a launch older than what it is judged on. Every launch measures the calibrated model."""
+    from bench.pipeline import plan_cli
+
+    calls = []
+
+    def launch(cmd):
+        calls.append(cmd)
+        suite = Path(cmd[cmd.index("--suite") + 1]).stem
+        out = tmp_path / "out" / suite
+        out.mkdir(parents=True, exist_ok=True)
+        name = f"20261204T00000{len(calls)}Z-{suite}"
+        if suite == "plan-calibrate":
+            stored(out, name, [pl.Observation(**{**o.__dict__, "run_id": name}) for o in CAL if o.chunks != 4])
+        else:
+            held_run(out, name, 1.0)
+        return 0
+
+    monkeypatch.setattr(plan_cli.subprocess, "call", launch)
+    assert main(["plan", "--calibrate", "--model", "mlp-pipe", "--validate", "--launches", "2",
+                 "--out", str(tmp_path / "out")]) == 0
+    assert [Path(c[c.index("--suite") + 1]).stem for c in calls] == \
+        ["plan-calibrate", "plan-validate", "plan-validate", "plan-calibrate"]
+    assert all(c[c.index("--model") + 1] == "mlp-pipe" for c in calls)
+    out = capsys.readouterr().out
+    assert "launch order (A B B A): plan-calibrate, plan-validate, plan-validate, plan-calibrate" in out
+    assert "(2 configuration(s))" in out

@@ -181,12 +181,12 @@ def cmd_plan(args) -> int:
             get_spec(args.model)
     if args.validate == []:
         resolve_suite(args.validate_suite, "pipeline")
-    measured = [_measure(args, args.calibrate_suite, args.model) for _ in range(args.launches if args.calibrate else 0)]
+    measured, held = _launches(args, given)
     obs = given + observations(measured)
     cal = pl.fit(obs, pl.torch_order, link=wire,
                  boundary_bytes=get_spec(obs[0].model).boundary_bytes_per_sample if wire else 0.0)
     if args.validate is not None:
-        runs = args.validate or [_measure(args, args.validate_suite, cal.model) for _ in range(args.launches)]
+        runs = args.validate or held or [_measure(args, args.validate_suite, cal.model) for _ in range(args.launches)]
         return _validate(cal, observations(runs), args.format)
     batch = args.batch or max(o.chunks * o.micro_batch for o in obs)
     stages = _ints(args.stages, "stages") if args.stages else list(cal.ranks)
@@ -254,6 +254,28 @@ def _as_dict(p: pl.Prediction) -> dict:
             "micro_batch": p.candidate.micro_batch, "checkpoint": p.candidate.checkpoint, "predicted_step_s": p.step_s,
             "predicted_samples_per_s": p.samples_per_s, "predicted_bubble": p.bubble,
             "predicted_peak_bytes": p.peak_bytes, "extrapolated": p.extrapolated}
+
+
+def _launches(args, given: list[pl.Observation]) -> tuple[list[Path], list[Path]]:
+    """The launches --calibrate measures (calibration runs, validation runs). With --validate and
+    no validation runs given, the two suites' launches interleave A B B A (C V V C, then again):
+    a host that drifts linearly over the launches (docs/gate.md) moves both sides alike, so the
+    calibration is not a launch older than what it is judged on. Every launch measures one model:
+    --model, else the given runs', else the calibration suite's."""
+    if not args.calibrate:
+        return [], []
+    both = args.validate == []
+    model = args.model or (given[0].model if given else None)
+    if both and model is None:
+        model = tomllib.loads(resolve_suite(args.calibrate_suite, "pipeline").read_text()).get("model")
+    order = ([s for i in range(args.launches) for s in (("C", "V") if i % 2 == 0 else ("V", "C"))] if both
+             else ["C"] * args.launches)
+    suites = {"C": args.calibrate_suite, "V": args.validate_suite}
+    if both:
+        print("plan: launch order (A B B A): " + ", ".join(
+            Path(str(resolve_suite(suites[s], "pipeline"))).stem for s in order), flush=True)
+    runs = [(s, _measure(args, suites[s], model)) for s in order]
+    return [d for s, d in runs if s == "C"], [d for s, d in runs if s == "V"]
 
 
 def _measure(args, suite_name: str, model: str | None) -> Path:
