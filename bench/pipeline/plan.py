@@ -137,6 +137,7 @@ class Calibration:
     model: str
     costs: dict  # (model stages, checkpoint mode) -> {(stage, kind): Line}
     overhead: dict  # (pipeline ranks, schedule) -> seconds per sending action
+    step_overhead: dict  # pipeline ranks -> seconds paid once per step (every schedule at that depth)
     placement_overhead: dict  # placement(schedule, ranks) -> seconds per sending action
     base_bytes: dict  # model stages -> {rank: bytes} (parameters, gradients, optimizer state, runtime)
     bytes_per_inflight_sample: dict  # checkpoint mode -> bytes a rank holds per in-flight sample
@@ -170,6 +171,13 @@ class Calibration:
                    key=lambda k: (k[1:] != (per_rank, shape), k[1] != per_rank, abs(k[0] - ranks)))
         return self.placement_overhead[near], (f"overhead of {schedule} at {ranks} rank(s) not calibrated "
                                                f"(used placement {placement_label(near)})")
+
+    def step_overhead_for(self, ranks: int) -> tuple[float, str]:
+        """The per-step cost at `ranks`, else the nearest calibrated depth's, saying so."""
+        if ranks in self.step_overhead or not self.step_overhead:
+            return self.step_overhead.get(ranks, 0.0), ""
+        near = min(self.step_overhead, key=lambda r: (abs(r - ranks), r))
+        return self.step_overhead[near], f"per-step cost at {ranks} rank(s) not calibrated (used {near} rank(s)'s)"
 
     def extrapolation(self, n_stages: int, micro_batch: int, checkpoint: str = "never") -> str:
         why = []
@@ -249,23 +257,26 @@ def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_byt
                 for key, t in o.stage_s.items():
                     pts.setdefault(key, []).append((o.micro_batch, t))
         costs[n] = {key: fit_line(*zip(*v)) for key, v in pts.items()}
-    per_schedule: dict = {}
-    per_place: dict = {}
+    cases: dict = {}  # pipeline ranks -> [(observation, order, costs, transfers)]
     rows, ys = [], []
     for o in obs:
         order = order_of(o.schedule, o.stages, o.chunks)
-        x = _overhead(costs[depth[id(o)]], order, o,
-                      transfers(o.schedule, o.stages, order, o.micro_batch, link, boundary_bytes))
-        per_schedule.setdefault((o.stages, o.schedule), []).append(x)
-        per_place.setdefault(placement(o.schedule, o.stages), []).append(x)
+        cases.setdefault(o.stages, []).append((o, order, costs[depth[id(o)]], transfers(
+            o.schedule, o.stages, order, o.micro_batch, link, boundary_bytes)))
         held = inflight(order)
         for r, peak in o.peak_bytes.items():
             rows.append((depth[id(o)][0], r, o.checkpoint, held.get(r, 0) * o.micro_batch))
             ys.append(peak)
+    overhead, step = {}, {}
+    for ranks, mine in sorted(cases.items()):
+        per_action, step[ranks] = _fit_overheads(mine)
+        overhead.update({(ranks, name): x for name, x in per_action.items()})
+    per_place: dict = {}
+    for (ranks, name), x in sorted(overhead.items()):
+        per_place.setdefault(placement(name, ranks), []).append(x)
     base, q = _fit_memory(rows, ys)
     mbs = [o.micro_batch for o in obs]
-    return Calibration(model=models[0], costs=costs, base_bytes=base,
-                       overhead={k: float(np.median(v)) for k, v in sorted(per_schedule.items())},
+    return Calibration(model=models[0], costs=costs, base_bytes=base, overhead=overhead, step_overhead=step,
                        placement_overhead={k: float(np.median(v)) for k, v in sorted(per_place.items())},
                        bytes_per_inflight_sample=q, micro_batches=(min(mbs), max(mbs)),
                        ranks=tuple(sorted({o.stages for o in obs})),
@@ -274,19 +285,49 @@ def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_byt
                        link=link, boundary_bytes=boundary_bytes)
 
 
-def _overhead(costs: dict, order: dict, o: Observation, comm: dict | None = None) -> float:
-    """The per-action overhead at which the replay takes the measured step (negative when the
-    fitted compute (and transfers) alone already exceed it: the fit is then too slow for this case)."""
+def _overhead(costs: dict, order: dict, o: Observation, comm: dict | None = None, step: float = 0.0) -> float:
+    """The per-action overhead at which the replay, plus `step` once, takes the measured step
+    (negative when the fitted compute (and transfers) alone already exceed it: the fit is then too
+    slow for this case)."""
     from scipy.optimize import brentq  # lazy: scipy only when a plan is calibrated
 
     def gap(x):
-        return replay(order, _durations(costs, order, o.micro_batch, x, comm)).step_s - o.step_s
+        return replay(order, _durations(costs, order, o.micro_batch, x, comm)).step_s + step - o.step_s
 
     lo = -min(_durations(costs, order, o.micro_batch).values())
     hi = max(o.step_s / busiest(order), 1e-9)
     if gap(lo) >= 0:
         return lo
     return float(brentq(gap, lo, hi, xtol=1e-12)) if gap(hi) > 0 else hi
+
+
+def _fit_overheads(cases: list) -> tuple[dict, float]:
+    """One pipeline depth's cases [(observation, order, costs, transfers)] -> ({schedule: seconds
+    per sending action}, seconds per step): the step is the replay with every F, B and I lasting
+    its fitted time + the schedule's o, plus one per-step cost c shared by the depth's schedules
+    (what a step pays once: optimizer step, chunk split and merge, the runtime's setup), fitted
+    jointly by least squares on the relative error (scipy.optimize.least_squares, c >= 0).
+    c needs some schedule measured at two or more micro-batch counts to be told apart from o;
+    without, c = 0 and each o is its cases' median (solved per case with scipy brentq)."""
+    names = sorted({o.schedule for o, *_ in cases})
+    alone = {n: float(np.median([_overhead(c, od, o, comm) for o, od, c, comm in cases if o.schedule == n]))
+             for n in names}
+    if not any(len({o.chunks for o, *_ in cases if o.schedule == n}) > 1 for n in names):
+        return alone, 0.0
+    from scipy.optimize import least_squares  # lazy, as above
+
+    idx = [names.index(o.schedule) for o, *_ in cases]
+
+    def residual(v):
+        return [(replay(od, _durations(c, od, o.micro_batch, v[i], comm)).step_s + v[-1]) / o.step_s - 1
+                for i, (o, od, c, comm) in zip(idx, cases)]
+
+    lo = [min(-min(_durations(c, od, o.micro_batch).values()) for o, od, c, _ in cases if o.schedule == n)
+          for n in names] + [0.0]
+    hi = [max(o.step_s for o, *_ in cases)] * (len(names) + 1)
+    x0 = np.clip([alone[n] for n in names] + [0.0], lo, hi)
+    got = least_squares(residual, x0, bounds=(lo, hi), x_scale="jac", ftol=1e-14, xtol=1e-14, gtol=1e-14)
+    return {n: float(x) for n, x in zip(names, got.x[:-1])}, float(got.x[-1])
 
 
 def _fit_memory(rows, ys) -> tuple[dict, dict]:
@@ -360,6 +401,7 @@ def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = Non
     n = model_stages(cand.schedule, cand.stages)
     costs = _scaled_costs(cal, n, cand.checkpoint)
     o, o_why = cal.overhead_for(cand.stages, cand.schedule)
+    once, once_why = cal.step_overhead_for(cand.stages)
     wire = link or cal.link
     if link is not None and cal.link is None:
         raise BenchError("a target p2p link needs a calibration with its own (--p2p): without, the calibrated "
@@ -372,10 +414,11 @@ def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = Non
     fallback = max(base.values()) if base else 0.0
     q = cal.bytes_per_inflight_sample[cand.checkpoint]
     peak = max(base.get(r, fallback) + q * held[r] * cand.micro_batch for r in held)
-    return Prediction(candidate=cand, step_s=with_overhead.step_s, samples_per_s=cand.batch / with_overhead.step_s,
+    step = with_overhead.step_s + once
+    return Prediction(candidate=cand, step_s=step, samples_per_s=cand.batch / step,
                       bubble=compute.mean_bubble, peak_bytes=peak,
                       extrapolated="; ".join(filter(None, [cal.extrapolation(n, cand.micro_batch, cand.checkpoint),
-                                                           o_why, _link_note(cal.link, link)])))
+                                                           o_why, once_why, _link_note(cal.link, link)])))
 
 
 def _link_note(calibrated: Link | None, target: Link | None) -> str:

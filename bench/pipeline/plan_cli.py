@@ -200,13 +200,16 @@ def cmd_plan(args) -> int:
         print(json.dumps({"prediction": True, "calibration": {"runs": cal.runs, "cases": cal.cases,
                                                                "overhead_per_action_s": {
                                                                    f"pp{r} {n}": v for (r, n), v in cal.overhead.items()},
+                                                               "overhead_per_step_s": {
+                                                                   f"pp{r}": v for r, v in cal.step_overhead.items()},
                                                                **links},
                           "recommended": [_as_dict(p) for p in best[:args.top]],
                           "over_memory_limit": [_as_dict(p) for p in over], "skipped": skipped}, indent=1))
         return 0
     print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on {cal.cases} "
           f"case(s) of {len(cal.runs)} run(s), model {cal.model}; overhead per action "
-          + ", ".join(f"pp{r} {n} {v * 1e6:.0f} us" for (r, n), v in cal.overhead.items()))
+          + ", ".join(f"pp{r} {n} {v * 1e6:.0f} us" for (r, n), v in cal.overhead.items())
+          + "; per step " + ", ".join(f"pp{r} {v * 1e3:.2f} ms" for r, v in cal.step_overhead.items()))
     if cal.link:
         print(f"p2p between pipeline ranks (alpha-beta, {cal.boundary_bytes:.0f} bytes per sample at a stage boundary): "
               f"calibrated {cal.link.label()}" + (f"; predicted with {target.label()}" if target else ""))
@@ -353,6 +356,8 @@ def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
         return 0
     print(f"validation: model predictions vs measured, {len(rows)} held-out case(s)"
           + (f" ({given - len(rows)} left out: calibration runs or configurations)" if given > len(rows) else ""))
+    print(f"calibration: {cal.cases} case(s) of {', '.join(cal.runs)}; per-step cost "
+          + ", ".join(f"pp{r} {v * 1e3:.2f} ms" for r, v in cal.step_overhead.items()))
     _table(rows)
     _print_errors(rows, sweeps(rows))
     for run, v in _per_launch(rows).items():
