@@ -314,7 +314,7 @@ def _fit_overheads(cases: list) -> tuple[dict, float]:
              for n in names}
     if not any(len({o.chunks for o, *_ in cases if o.schedule == n}) > 1 for n in names):
         return alone, 0.0
-    from scipy.optimize import least_squares  # lazy, as above
+    from scipy.optimize import least_squares  # lazy: scipy only when a plan is calibrated
 
     idx = [names.index(o.schedule) for o, *_ in cases]
 
