@@ -16,6 +16,12 @@ Calibrate (from stored pipeline runs of one model on one machine):
   with one stage per rank at 2 ranks, 0.5 ms with two, 2-4 ms at 4 ranks oversubscribed; 1F1B,
   whose runtime batches a forward's send with a backward's receive, runs about 8% faster than
   GPipe at 2 ranks with the same actions), so it is calibrated per schedule;
+  the per-step cost c (what a step pays once: optimizer step, chunk split and merge, the
+  runtime's setup), one per pipeline depth, shared by that depth's schedules: when some schedule
+  was measured at two or more micro-batch counts, c and every schedule's o are fitted jointly by
+  least squares on the relative step error (scipy.optimize.least_squares, c >= 0; the o solved per
+  case alone fell as micro-batches grew, pp4 about 2.8 ms per action at 4 micro-batches and 1.9 ms
+  at 16: a per-step cost spread over more actions); otherwise c = 0 and o is the median above;
   memory per rank: peak = base[depth, r] + q[checkpoint mode] * (samples of the micro-batches
   rank r holds at once), least squares over calibration cases: the base (parameters, gradients,
   optimizer state) is the same in every mode, the slope is the mode's (checkpointing keeps only
@@ -26,7 +32,7 @@ Calibrate (from stored pipeline runs of one model on one machine):
 
 Predict (for a candidate: stages, schedule, chunks m, micro-batch b): replay torch's own action
 order for that schedule (bench.strategies.replay, orders from torch.distributed.pipelining)
-with every action lasting t(s, k, b) (+ o for F, B, I); step time = the replay's makespan; bubble = the
+with every action lasting t(s, k, b) (+ o for F, B, I); step time = the replay's makespan + c; bubble = the
 replay's mean idle share with the fitted compute times alone; memory = base + q * in-flight.
 
 A candidate outside what was measured (another pipeline depth, a micro-batch size outside the
