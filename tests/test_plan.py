@@ -625,3 +625,27 @@ def test_calibrate_and_validate_interleave_their_launches_abba(tmp_path, capsys,
     out = capsys.readouterr().out
     assert "launch order (A B B A): plan-calibrate, plan-validate, plan-validate, plan-calibrate" in out
     assert "(2 configuration(s))" in out
+
+
+def test_a_composed_layout_run_is_refused_not_read_as_a_deeper_pipeline(tmp_path, capsys):
+    """A `distbench pipeline --dp 2` run at world 4 is pp 2 x dp 2: its world is not its pipeline
+    depth. The planner models pipeline layouts only, so it says so instead of fitting it as pp4."""
+    cal = stored(tmp_path, "cal", CAL)
+    res = pd.read_parquet(cal / "results.parquet")
+    res["pp_degree"], res["dp_degree"], res["fsdp_degree"], res["tp_degree"] = res["world"], 1, 1, 1
+    res.loc[0, ["world", "dp_degree"]] = [4, 2]
+    res.to_parquet(cal / "results.parquet")
+    assert main(["plan", str(cal)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert (f"case {res.loc[0, 'case_id']} of run '{cal}' is a composed layout (pp 2 x dp 2 x fsdp 1 x tp 1); "
+            "the planner models pipeline layouts (dp, fsdp and tp 1) only") in err
+
+
+def test_the_pipeline_depth_is_read_from_pp_degree_where_the_run_has_it(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    res = pd.read_parquet(cal / "results.parquet")
+    res["pp_degree"], res["dp_degree"], res["fsdp_degree"], res["tp_degree"] = res["world"], 1, 1, 1
+    res.to_parquet(cal / "results.parquet")
+    assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "2,4", "--format", "json"]) == 0
+    assert {p["stages"] for p in json.loads(capsys.readouterr().out)["recommended"]} == {2}

@@ -47,9 +47,15 @@ def observations(run_dirs) -> list[pl.Observation]:
                     stage_s[(s, kind)] = t
             if not stage_s or pd.isna(row.get("step_median_s")):
                 continue
+            degrees = {dim: int(row[f"{dim}_degree"]) if pd.notna(row.get(f"{dim}_degree"))
+                       else (int(row["world"]) if dim == "pp" else 1) for dim in ("pp", "dp", "fsdp", "tp")}
+            if any(degrees[dim] > 1 for dim in ("dp", "fsdp", "tp")):
+                raise BenchError(f"case {row['case_id']} of run '{d}' is a composed layout ("
+                                 + " x ".join(f"{k} {v}" for k, v in degrees.items())
+                                 + "); the planner models pipeline layouts (dp, fsdp and tp 1) only")
             mine = ranks[ranks["case_id"] == row["case_id"]] if len(ranks) else ranks
             peaks = {int(r["rank"]): float(r["peak_bytes"]) for _, r in mine.iterrows()}
-            out.append(pl.Observation(model=str(row["model"]), stages=int(row["world"]), schedule=str(row["schedule"]),
+            out.append(pl.Observation(model=str(row["model"]), stages=degrees["pp"], schedule=str(row["schedule"]),
                                       chunks=int(row["chunks"]), micro_batch=int(row["micro_batch"]),
                                       step_s=float(row["step_median_s"]), stage_s=stage_s, peak_bytes=peaks,
                                       case_id=str(row["case_id"]), run_id=str(row["run_id"]), run_dir=str(d),
