@@ -98,6 +98,9 @@ def test_pipeline_config_composes_with_tp_dp_fsdp():
     mb, _ = expand_pipeline(PipelineConfig(model="mlp-tiny", fsdp=2, chunks=(2,), micro_batch=(3,), schedules=("gpipe",)))
     assert [(c.batch, c.micro_batch, c.world) for c in mb] == [(12, 3, 4)]
     plain, _ = expand_pipeline(PipelineConfig(model="mlp-tiny", chunks=(2,), batch=8, schedules=("gpipe",)))
+    # the results' micro_batch is what one pipeline's micro-batch holds, in either mode: batch 8 over
+    # dp 2 x 2 chunks is 2 samples (it read 4, batch / chunks, while fixed mode said 3 for 3)
+    assert [c.samples_per_micro_batch for c in (*cases, *mb, *plain)] == [2, 3, 4]
     assert plain[0].case_id == "pp.mlp-tiny.w2.m2.gpipe.never.b8.mb0.baleven" and not plain[0].composed
     assert PIPELINE.at_world(cfg, 8).stages == (2,)
     with pytest.raises(BenchError, match=r"mlp-tiny has 4 layers, fewer than the 8 pipeline stages"):

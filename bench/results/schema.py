@@ -255,7 +255,7 @@ STRATEGY = {
     "stage_placement": "string",  # pipeline: loop (rank r holds r, r+p, ...) | v (r and 2p-1-r)
     "checkpoint": "string",  # always | except_last | never (torchgpipe's modes)
     "batch": "int64",  # global mini-batch, samples
-    "micro_batch": "int64",  # samples per micro-batch
+    "micro_batch": "int64",  # samples per micro-batch of one data-parallel pipeline
     "sweep_mode": "string",  # mini-batch (fixed mini-batch split into chunks) | micro-batch (fixed micro-batch)
     "balance": "string",  # blocks per stage, "" = even
     "bucket_cap_mb": "float64",  # ddp only

@@ -49,6 +49,15 @@ class CaseSpec:
         return self.dims.layout if self.composed else ""
 
     @property
+    def samples_per_micro_batch(self) -> int:
+        """What one micro-batch of one data-parallel pipeline holds (the results' micro_batch): the
+        fixed micro-batch, else the pipeline's share of the mini-batch (batch / (dp x fsdp) for a
+        composed case; a plain strategy's own batch) over the chunks."""
+        if self.micro_batch:
+            return self.micro_batch
+        return (self.dims.local_batch(self.batch) if self.composed else self.batch) // self.chunks
+
+    @property
     def sweep_mode(self) -> str:
         return "micro-batch" if self.micro_batch else "mini-batch"
 

@@ -261,7 +261,7 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
            "tp_degree": dims.tp,
            "model": case.model, "family": spec.family, "params": facts[0]["params"], "devices": devices,
            "chunks": case.chunks, "schedule": case.schedule, "checkpoint": case.checkpoint, "batch": case.batch,
-           "micro_batch": case.micro_batch or case.batch // case.chunks, "sweep_mode": case.sweep_mode,
+           "micro_batch": case.samples_per_micro_batch, "sweep_mode": case.sweep_mode,
            "balance": ",".join(map(str, case.balance)), "bucket_cap_mb": case.bucket_cap_mb,
            "steps": st.n, **st.columns("step_"), "samples_per_s": sps, "samples_per_s_per_device": sps / devices,
            "tokens_per_s": tps if spec.family == "gpt" else float("nan"),
