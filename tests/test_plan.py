@@ -274,6 +274,7 @@ import json  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.cli import main  # noqa: E402
+from bench.pipeline.plan_cli import sweeps  # noqa: E402
 
 
 def stored(tmp_path, name, observations):
@@ -284,10 +285,14 @@ def stored(tmp_path, name, observations):
     for o in observations:
         n = 1 + max(s for s, _ in o.stage_s)
         ms = {k: ",".join(f"{o.stage_s[(s, k)] * 1e3:.9f}" for s in range(n)) for k in ("F", "B")}
-        rows.append({"run_id": name, "case_id": o.case_id, "model": o.model, "world": o.stages,
+        rows.append({"run_id": name, "case_id": o.case_id, "model": o.model, "world": o.stages * o.dp,
                      "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
-                     "step_median_s": o.step_s, "stage_fwd_s": ms["F"], "stage_bwd_s": ms["B"]})
-        ranks += [{"run_id": name, "case_id": o.case_id, "rank": r, "peak_bytes": b} for r, b in o.peak_bytes.items()]
+                     "batch": o.dp * o.chunks * o.micro_batch,
+                     "step_median_s": o.step_s, "stage_fwd_s": ms["F"], "stage_bwd_s": ms["B"]}
+                    | ({"pp_degree": o.stages, "dp_degree": o.dp} if o.dp > 1 else {}))
+        # the mesh puts pp outermost: global rank r * dp + k is pipeline rank r of replica k
+        ranks += [{"run_id": name, "case_id": o.case_id, "rank": r * o.dp + k, "peak_bytes": b}
+                  for r, b in o.peak_bytes.items() for k in range(o.dp)]
     pd.DataFrame(rows).to_parquet(d / "results.parquet")
     pd.DataFrame(ranks).to_parquet(d / "strategy_ranks.parquet")
     (d / "meta.json").write_text(json.dumps({"run_id": name, "kind": "pipeline", "suite": "pipeline"}))
@@ -627,19 +632,19 @@ def test_calibrate_and_validate_interleave_their_launches_abba(tmp_path, capsys,
     assert "(2 configuration(s))" in out
 
 
-def test_a_composed_layout_run_is_refused_not_read_as_a_deeper_pipeline(tmp_path, capsys):
-    """A `distbench pipeline --dp 2` run at world 4 is pp 2 x dp 2: its world is not its pipeline
-    depth. The planner models pipeline layouts only, so it says so instead of fitting it as pp4."""
+def test_a_sharded_or_tensor_parallel_run_is_refused_not_read_as_a_deeper_pipeline(tmp_path, capsys):
+    """A `distbench pipeline --fsdp 2` run at world 4 is pp 2 x fsdp 2: its world is not its pipeline
+    depth. The planner models pp x dp only, so it says so instead of fitting it as pp4."""
     cal = stored(tmp_path, "cal", CAL)
     res = pd.read_parquet(cal / "results.parquet")
     res["pp_degree"], res["dp_degree"], res["fsdp_degree"], res["tp_degree"] = res["world"], 1, 1, 1
-    res.loc[0, ["world", "dp_degree"]] = [4, 2]
+    res.loc[0, ["world", "fsdp_degree"]] = [4, 2]
     res.to_parquet(cal / "results.parquet")
     assert main(["plan", str(cal)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert (f"case {res.loc[0, 'case_id']} of run '{cal}' is a composed layout (pp 2 x dp 2 x fsdp 1 x tp 1); "
-            "the planner models pipeline layouts (dp, fsdp and tp 1) only") in err
+    assert (f"case {res.loc[0, 'case_id']} of run '{cal}' is a composed layout (pp 2 x dp 1 x fsdp 2 x tp 1); "
+            "the planner models pipeline layouts with data-parallel replicas (pp x dp; fsdp and tp 1) only") in err
 
 
 def test_the_pipeline_depth_is_read_from_pp_degree_where_the_run_has_it(tmp_path, capsys):
@@ -649,3 +654,70 @@ def test_the_pipeline_depth_is_read_from_pp_degree_where_the_run_has_it(tmp_path
     res.to_parquet(cal / "results.parquet")
     assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "2,4", "--format", "json"]) == 0
     assert {p["stages"] for p in json.loads(capsys.readouterr().out)["recommended"]} == {2}
+
+
+# pp x dp: each replica runs the pipeline on batch / dp; the layout's all-reduce is paid once a step
+ALLREDUCE = 3e-3
+
+
+def observe_dp(schedule, m, batch=1024, dp=2):
+    o = observe(schedule, m, batch=batch // dp)
+    return pl.Observation(**{**o.__dict__, "dp": dp, "step_s": o.step_s + ALLREDUCE, "case_id": f"{o.case_id}.dp{dp}"})
+
+
+def test_each_data_parallel_layout_is_calibrated_from_its_own_cases_and_predicted_exactly():
+    cals = pl.fit_layouts(CAL + [observe_dp("gpipe", m) for m in (2, 4, 8)] + [observe_dp("1f1b", 4)], order_of)
+    assert sorted(cals) == [1, 2] and cals[2].dp == 2 and cals[2].cases == 4
+    assert cals[2].step_overhead[2] == pytest.approx(ALLREDUCE, rel=1e-4)
+    assert cals[1].step_overhead[2] == pytest.approx(0.0, abs=1e-9)
+    held = observe_dp("1f1b", 8)
+    cand = pl.Candidate(stages=2, dp=2, schedule="1f1b", chunks=8, micro_batch=64)
+    assert (cand.label, cand.batch, cand.world) == ("pp2 dp2 1f1b m=8 b=64", 1024, 4)
+    p = pl.predict(pl.layout_for(cals, 2), cand, order_of)
+    assert p.step_s == pytest.approx(held.step_s, rel=1e-5) and p.samples_per_s == pytest.approx(1024 / held.step_s)
+    assert p.peak_bytes == pytest.approx(max(held.peak_bytes.values()), rel=1e-9) and p.extrapolated == ""
+
+
+def test_an_uncalibrated_data_parallel_degree_is_predicted_from_the_nearest_and_marked():
+    cals = pl.fit_layouts(CAL, order_of)
+    cand = pl.Candidate(stages=2, dp=2, schedule="1f1b", chunks=4, micro_batch=128)
+    p = pl.predict(pl.layout_for(cals, 2), cand, order_of)
+    assert p.extrapolated.startswith("dp 2 not calibrated (dp 1's pipeline per replica")
+    assert p.step_s == pytest.approx(pl.predict(cals[1], pl.Candidate(stages=2, schedule="1f1b", chunks=4,
+                                                                      micro_batch=128), order_of).step_s)
+    with pytest.raises(BenchError, match="mix data-parallel degrees 1, 2"):
+        pl.fit(CAL + [observe_dp("gpipe", 4)], order_of)
+
+
+def test_plan_ranks_pipeline_and_data_parallel_layouts_at_a_world(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL + [observe_dp("gpipe", m) for m in (2, 4, 8)] + [observe_dp("1f1b", 4)])
+    assert main(["plan", str(cal), "--world", "4", "--schedules", "gpipe,1f1b", "--chunks", "2,4,8",
+                 "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert {(p["stages"], p["dp"]) for p in got["recommended"]} == {(2, 2)}
+    assert all(p["micro_batch"] == 1024 // (2 * p["chunks"]) and p["extrapolated"] == "" for p in got["recommended"])
+    assert got["calibration"]["overhead_per_step_s"] == {"pp2": pytest.approx(0.0, abs=1e-9),
+                                                          "pp2 dp2": pytest.approx(ALLREDUCE, rel=1e-4)}
+    assert main(["plan", str(cal), "--world", "3"]) == 2
+    assert "no candidate at world 3: worlds are stages x dp (--stages 2, --dp 1,2)" in capsys.readouterr().err
+
+
+def test_a_data_parallel_case_is_validated_with_its_layouts_calibration(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL + [observe_dp("gpipe", m) for m in (2, 4, 8)] + [observe_dp("1f1b", 4)])
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe_dp("1f1b", 8).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [(c["dp"], c["candidate"]) for c in got["cases"]] == [(2, "pp2 dp2 1f1b m=8 b=64")]
+    assert got["step_mape_pct"] == pytest.approx(0.0, abs=1e-3) and got["peak_mape_pct"] == pytest.approx(0.0, abs=1e-6)
+    assert [w["layout"] for w in got["sweeps"]] == ["pp2 dp2"]
+
+
+def test_layouts_measured_at_one_world_make_a_sweep_of_their_own():
+    row = dict(run_id="a", micro_batch=64, chunks=8, checkpoint="never", schedule="1f1b")
+    rows = [dict(row, stages=4, dp=1, micro_batch=128, candidate="pp4", predicted_step_s=1.0, measured_step_s=1.0),
+            dict(row, run_id="b", stages=2, dp=2, candidate="pp2 dp2", predicted_step_s=0.9, measured_step_s=1.1)]
+    got = {w["run_id"]: w for w in sweeps(rows)}
+    assert set(got) == {"a", "b", "world 4 (every run)"}
+    w = got["world 4 (every run)"]
+    assert (w["picked"], w["best"], w["layout"]) == ("pp2 dp2", "pp4", "2 layouts")
+    assert w["shortfall"] == pytest.approx(1 - (1024 / 1.1) / (1024 / 1.0))

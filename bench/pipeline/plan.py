@@ -71,6 +71,7 @@ class Observation:
     run_dir: str = ""
     bubble: float = float("nan")  # measured mean bubble, where the run has it
     checkpoint: str = "never"  # activation checkpointing: always | except_last | never (bench.strategies.pp)
+    dp: int = 1  # data-parallel replicas of the pipeline (pp x dp); micro_batch and stage times are one replica's
 
 
 def placement(schedule: str, ranks: int) -> tuple[int, int, str]:
@@ -154,6 +155,7 @@ class Calibration:
     cases: int
     link: Link | None = None  # p2p between pipeline ranks; None: the overhead holds the transfers
     boundary_bytes: float = 0.0  # activation bytes per sample crossing a stage boundary (the model's)
+    dp: int = 1  # the data-parallel degree of every calibration case (one Calibration per layout)
 
     @property
     def checkpoints(self) -> tuple[str, ...]:
@@ -252,9 +254,11 @@ def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_byt
     are a term of their own and the overhead is what is left; without, the overhead holds them."""
     if not obs:
         raise BenchError("no pipeline cases to calibrate from; pass pipeline run directories (distbench pipeline ...)")
-    models = sorted({o.model for o in obs})
-    if len(models) > 1:
-        raise BenchError(f"calibration runs mix models {', '.join(models)}; pass runs of one model (--model)")
+    model = _one_model(obs)
+    dps = sorted({o.dp for o in obs})
+    if len(dps) > 1:
+        raise BenchError(f"calibration cases mix data-parallel degrees {', '.join(map(str, dps))}: one Calibration "
+                         "per layout (fit_layouts)")
     costs, depth = {}, {id(o): (model_stages(o.schedule, o.stages), o.checkpoint) for o in obs}
     for n in sorted(set(depth.values())):
         pts: dict = {}
@@ -282,13 +286,37 @@ def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_byt
         per_place.setdefault(placement(name, ranks), []).append(x)
     base, q = _fit_memory(rows, ys)
     mbs = [o.micro_batch for o in obs]
-    return Calibration(model=models[0], costs=costs, base_bytes=base, overhead=overhead, step_overhead=step,
+    return Calibration(model=model, costs=costs, base_bytes=base, overhead=overhead, step_overhead=step,
                        placement_overhead={k: float(np.median(v)) for k, v in sorted(per_place.items())},
                        bytes_per_inflight_sample=q, micro_batches=(min(mbs), max(mbs)),
                        ranks=tuple(sorted({o.stages for o in obs})),
                        configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint) for o in obs),
                        runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs),
-                       link=link, boundary_bytes=boundary_bytes)
+                       link=link, boundary_bytes=boundary_bytes, dp=dps[0])
+
+
+def fit_layouts(obs: list[Observation], order_of, link: Link | None = None, boundary_bytes: float = 0.0) -> dict:
+    """{data-parallel degree: Calibration}: every layout pp x dp is fitted from its own cases alone.
+    A replica runs the same pipeline on its share of the mini-batch, but what it pays beside that
+    differs by layout: the gradient all-reduce between replicas after the last backward (in the
+    per-step cost c of its depth) and, on a shared host, the cores its ranks time-share (in the
+    stage times). The model is one (every piece above), its numbers per layout."""
+    _one_model(obs)
+    return {dp: fit([o for o in obs if o.dp == dp], order_of, link, boundary_bytes)
+            for dp in sorted({o.dp for o in obs})} or {1: fit(obs, order_of)}  # none: fit's refusal
+
+
+def _one_model(obs: list[Observation]) -> str:
+    models = sorted({o.model for o in obs})
+    if len(models) > 1:
+        raise BenchError(f"calibration runs mix models {', '.join(models)}; pass runs of one model (--model)")
+    return models[0] if models else ""
+
+
+def layout_for(cals: dict, dp: int) -> "Calibration":
+    """The calibration of data-parallel degree `dp`, else the nearest calibrated one's (predict
+    marks the candidate extrapolated)."""
+    return cals.get(dp) or cals[min(cals, key=lambda d: (abs(d - dp), d))]
 
 
 def _overhead(costs: dict, order: dict, o: Observation, comm: dict | None = None, step: float = 0.0) -> float:
@@ -359,16 +387,22 @@ class Candidate:
     stages: int
     schedule: str
     chunks: int
-    micro_batch: int
+    micro_batch: int  # samples per micro-batch of one data-parallel replica
     checkpoint: str = "never"
+    dp: int = 1  # data-parallel replicas of the pipeline: world = stages x dp
 
     @property
     def batch(self) -> int:
-        return self.chunks * self.micro_batch
+        return self.dp * self.chunks * self.micro_batch
+
+    @property
+    def world(self) -> int:
+        return self.stages * self.dp
 
     @property
     def label(self) -> str:
-        return (f"pp{self.stages} {self.schedule} m={self.chunks} b={self.micro_batch}"
+        return (f"pp{self.stages}" + (f" dp{self.dp}" if self.dp > 1 else "")
+                + f" {self.schedule} m={self.chunks} b={self.micro_batch}"
                 + (f" ckpt={self.checkpoint}" if self.checkpoint != "never" else ""))
 
 
@@ -421,9 +455,11 @@ def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = Non
     q = cal.bytes_per_inflight_sample[cand.checkpoint]
     peak = max(base.get(r, fallback) + q * held[r] * cand.micro_batch for r in held)
     step = with_overhead.step_s + once
+    layout = (f"dp {cand.dp} not calibrated (dp {cal.dp}'s pipeline per replica; what dp {cand.dp} adds, the "
+              "gradient all-reduce and the sharing of the host, is not in it)" if cand.dp != cal.dp else "")
     return Prediction(candidate=cand, step_s=step, samples_per_s=cand.batch / step,
                       bubble=compute.mean_bubble, peak_bytes=peak,
-                      extrapolated="; ".join(filter(None, [cal.extrapolation(n, cand.micro_batch, cand.checkpoint),
+                      extrapolated="; ".join(filter(None, [layout, cal.extrapolation(n, cand.micro_batch, cand.checkpoint),
                                                            o_why, once_why, _link_note(cal.link, link)])))
 
 

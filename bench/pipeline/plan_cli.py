@@ -49,14 +49,20 @@ def observations(run_dirs) -> list[pl.Observation]:
                 continue
             degrees = {dim: int(row[f"{dim}_degree"]) if pd.notna(row.get(f"{dim}_degree"))
                        else (int(row["world"]) if dim == "pp" else 1) for dim in ("pp", "dp", "fsdp", "tp")}
-            if any(degrees[dim] > 1 for dim in ("dp", "fsdp", "tp")):
+            if any(degrees[dim] > 1 for dim in ("fsdp", "tp")):
                 raise BenchError(f"case {row['case_id']} of run '{d}' is a composed layout ("
                                  + " x ".join(f"{k} {v}" for k, v in degrees.items())
-                                 + "); the planner models pipeline layouts (dp, fsdp and tp 1) only")
+                                 + "); the planner models pipeline layouts with data-parallel replicas (pp x dp; "
+                                 "fsdp and tp 1) only")
+            dp = degrees["dp"]
             mine = ranks[ranks["case_id"] == row["case_id"]] if len(ranks) else ranks
-            peaks = {int(r["rank"]): float(r["peak_bytes"]) for _, r in mine.iterrows()}
+            peaks: dict = {}  # per pipeline rank (the mesh puts pp outermost): the most any replica held
+            for _, r in mine.iterrows():
+                peaks[int(r["rank"]) // dp] = max(peaks.get(int(r["rank"]) // dp, 0.0), float(r["peak_bytes"]))
+            # one replica's micro-batch (runs before the results said so stored batch / chunks for dp > 1)
+            mb = int(row["batch"]) // (dp * int(row["chunks"])) if dp > 1 else int(row["micro_batch"])
             out.append(pl.Observation(model=str(row["model"]), stages=degrees["pp"], schedule=str(row["schedule"]),
-                                      chunks=int(row["chunks"]), micro_batch=int(row["micro_batch"]),
+                                      chunks=int(row["chunks"]), micro_batch=mb, dp=dp,
                                       step_s=float(row["step_median_s"]), stage_s=stage_s, peak_bytes=peaks,
                                       case_id=str(row["case_id"]), run_id=str(row["run_id"]), run_dir=str(d),
                                       checkpoint=str(row["checkpoint"]) if "checkpoint" in res.columns
@@ -89,6 +95,12 @@ def add_parser(sub):
     p.add_argument("--model", default=None,
                    help="the model --calibrate measures (default: the suite's); --validate measures the calibrated one")
     p.add_argument("--stages", default=None, help="pipeline ranks to consider, comma list (default: calibrated ones)")
+    p.add_argument("--dp", default=None,
+                   help="data-parallel replicas of the pipeline to consider, comma list (world = stages x dp; "
+                        "default: the calibrated ones; calibrate one with distbench pipeline --dp N)")
+    p.add_argument("--world", default=None,
+                   help="only candidates at these worlds (stages x dp), comma list: what a fixed number of "
+                        "devices can run")
     p.add_argument("--schedules", default=None, help="schedules to consider (default: every one torch ships)")
     p.add_argument("--chunks", default="1,2,4,8,16", help="micro-batch counts, comma list")
     p.add_argument("--checkpoint", default=None,
@@ -126,36 +138,47 @@ def _ints(text, what) -> list[int]:
     return out
 
 
-def candidates(cal: pl.Calibration, stages, schedules, chunks, batch,
-               checkpoints=None) -> tuple[list[pl.Candidate], list[str]]:
+def candidates(cals: dict, stages, schedules, chunks, batch, checkpoints=None,
+               dps=None) -> tuple[list[pl.Candidate], list[str]]:
+    """Every (pipeline ranks, data-parallel replicas, schedule, chunks, checkpoint mode) that can run
+    the mini-batch: each replica takes batch / dp samples in `chunks` micro-batches."""
     out, skipped = [], []
-    modes = checkpoints or cal.checkpoints
-    for p in stages:
-        for name in schedules:
-            sch = scheds.get(name)
-            for m in chunks:
-                why = sch.rule(p, m) or (f"batch {batch} is not divisible by chunks {m}" if batch % m else None)
-                if why:
-                    skipped.append(f"pp{p} {sch.name} m={m}: {why}")
-                    continue
-                try:
-                    scheds.torch_class(sch.name)
-                except BenchError as e:
-                    skipped.append(f"{sch.name}: {e}")
-                    break
-                out += [pl.Candidate(stages=p, schedule=sch.name, chunks=m, micro_batch=batch // m, checkpoint=c)
-                        for c in modes]
+    for dp in dps or sorted(cals):
+        modes = checkpoints or pl.layout_for(cals, dp).checkpoints
+        for p in stages:
+            where = f"pp{p}" + (f" dp{dp}" if dp > 1 else "")
+            for name in schedules:
+                sch = scheds.get(name)
+                for m in chunks:
+                    why = sch.rule(p, m) or (f"batch {batch} is not divisible by dp x chunks {dp * m}"
+                                             if batch % (dp * m) else None)
+                    if why:
+                        skipped.append(f"{where} {sch.name} m={m}: {why}")
+                        continue
+                    try:
+                        scheds.torch_class(sch.name)
+                    except BenchError as e:
+                        skipped.append(f"{sch.name}: {e}")
+                        break
+                    out += [pl.Candidate(stages=p, dp=dp, schedule=sch.name, chunks=m, micro_batch=batch // (dp * m),
+                                         checkpoint=c) for c in modes]
     return out, skipped
 
 
-def _modes(text, cal: pl.Calibration) -> list[str] | None:
+def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None) -> pl.Prediction:
+    """A candidate predicted with its layout's calibration (else the nearest layout's, marked)."""
+    return pl.predict(pl.layout_for(cals, cand.dp), cand, pl.torch_order, link=link)
+
+
+def _modes(text, cals: dict) -> list[str] | None:
     if not text:
         return None
     modes = [m.strip() for m in str(text).split(",") if m.strip()]
     for m in modes:
         if m not in CHECKPOINTS:
             raise BenchError(f"checkpoint mode '{m}' is not one of: {', '.join(CHECKPOINTS)}")
-        cal.check_mode(m)
+        for cal in cals.values():
+            cal.check_mode(m)
     return modes
 
 
@@ -189,33 +212,44 @@ def cmd_plan(args) -> int:
         resolve_suite(args.validate_suite, "pipeline")
     measured, held = _launches(args, given)
     obs = given + observations(measured)
-    cal = pl.fit(obs, pl.torch_order, link=wire,
-                 boundary_bytes=get_spec(obs[0].model).boundary_bytes_per_sample if wire else 0.0)
+    cals = pl.fit_layouts(obs, pl.torch_order, link=wire,
+                          boundary_bytes=get_spec(obs[0].model).boundary_bytes_per_sample if wire and obs else 0.0)
+    cal = next(iter(cals.values()))  # what every layout's calibration shares: the model, the link
     if args.validate is not None:
         runs = args.validate or held or [_measure(args, args.validate_suite, cal.model) for _ in range(args.launches)]
-        return _validate(cal, observations(runs), args.format)
-    batch = args.batch or max(o.chunks * o.micro_batch for o in obs)
-    stages = _ints(args.stages, "stages") if args.stages else list(cal.ranks)
+        return _validate(cals, observations(runs), args.format)
+    batch = args.batch or max(o.dp * o.chunks * o.micro_batch for o in obs)
+    stages = _ints(args.stages, "stages") if args.stages else sorted({r for c in cals.values() for r in c.ranks})
     names = [scheds.canonical(s) for s in args.schedules.split(",")] if args.schedules else list(scheds.SCHEDULES)
-    cands, skipped = candidates(cal, stages, names, _ints(args.chunks, "chunks"), batch, _modes(args.checkpoint, cal))
-    preds = [pl.predict(cal, c, pl.torch_order, link=target) for c in cands]
+    cands, skipped = candidates(cals, stages, names, _ints(args.chunks, "chunks"), batch, _modes(args.checkpoint, cals),
+                                _ints(args.dp, "dp") if args.dp else None)
+    if args.world:
+        worlds = _ints(args.world, "world")
+        cands = [c for c in cands if c.world in worlds]
+        if not cands:
+            raise BenchError(f"no candidate at world {args.world}: worlds are stages x dp (--stages "
+                             f"{','.join(map(str, stages))}, --dp {args.dp or ','.join(map(str, sorted(cals)))})")
+    preds = [predict(cals, c, link=target) for c in cands]
     best, over = pl.recommend(preds, limit)
+    runs = sorted({r for c in cals.values() for r in c.runs})
     if args.format == "json":
         links = {k: {"alpha_s": w.alpha, "beta_bytes_per_s": w.beta, "source": w.source}
                  for k, w in (("p2p", cal.link), ("target_p2p", target)) if w is not None}
-        print(json.dumps({"prediction": True, "calibration": {"runs": cal.runs, "cases": cal.cases,
+        print(json.dumps({"prediction": True, "calibration": {"runs": runs, "cases": sum(c.cases for c in cals.values()),
                                                                "overhead_per_action_s": {
-                                                                   f"pp{r} {n}": v for (r, n), v in cal.overhead.items()},
+                                                                   f"{_where(r, c.dp)} {n}": v for c in cals.values()
+                                                                   for (r, n), v in c.overhead.items()},
                                                                "overhead_per_step_s": {
-                                                                   f"pp{r}": v for r, v in cal.step_overhead.items()},
+                                                                   _where(r, c.dp): v for c in cals.values()
+                                                                   for r, v in c.step_overhead.items()},
                                                                **links},
                           "recommended": [_as_dict(p) for p in best[:args.top]],
                           "over_memory_limit": [_as_dict(p) for p in over], "skipped": skipped}, indent=1))
         return 0
-    print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on {cal.cases} "
-          f"case(s) of {len(cal.runs)} run(s), model {cal.model}; overhead per action "
-          + ", ".join(f"pp{r} {n} {v * 1e6:.0f} us" for (r, n), v in cal.overhead.items())
-          + "; per step " + ", ".join(f"pp{r} {v * 1e3:.2f} ms" for r, v in cal.step_overhead.items()))
+    print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on "
+          f"{sum(c.cases for c in cals.values())} case(s) of {len(runs)} run(s), model {cal.model}; overhead per action "
+          + ", ".join(f"{_where(r, c.dp)} {n} {v * 1e6:.0f} us" for c in cals.values() for (r, n), v in c.overhead.items())
+          + "; per step " + _per_step(cals))
     if cal.link:
         print(f"p2p between pipeline ranks (alpha-beta, {cal.boundary_bytes:.0f} bytes per sample at a stage boundary): "
               f"calibrated {cal.link.label()}" + (f"; predicted with {target.label()}" if target else ""))
@@ -232,15 +266,24 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _where(ranks: int, dp: int) -> str:
+    return f"pp{ranks}" + (f" dp{dp}" if dp > 1 else "")
+
+
+def _per_step(cals: dict) -> str:
+    return ", ".join(f"{_where(r, c.dp)} {v * 1e3:.2f} ms" for c in cals.values() for r, v in c.step_overhead.items())
+
+
 def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
     """The trade-off behind the pick: the best other micro-batch count of the same schedule, depth
     and checkpoint mode (bubble against per-micro-batch cost), the other checkpoint modes of the
     same configuration (throughput against memory), and the best other schedule."""
     c = best.candidate
-    same = [p for p in preds if p is not best and (p.candidate.stages, p.candidate.schedule, p.candidate.checkpoint)
-            == (c.stages, c.schedule, c.checkpoint)]
-    modes = [p for p in preds if p.candidate.checkpoint != c.checkpoint
-             and (p.candidate.stages, p.candidate.schedule, p.candidate.chunks) == (c.stages, c.schedule, c.chunks)]
+    same = [p for p in preds if p is not best and (p.candidate.stages, p.candidate.dp, p.candidate.schedule,
+                                                    p.candidate.checkpoint) == (c.stages, c.dp, c.schedule, c.checkpoint)]
+    modes = [p for p in preds if p.candidate.checkpoint != c.checkpoint and (p.candidate.stages, p.candidate.dp,
+                                                                             p.candidate.schedule, p.candidate.chunks)
+             == (c.stages, c.dp, c.schedule, c.chunks)]
     other = [p for p in preds if p.candidate.schedule != c.schedule]
     out = [f"why {c.label}: predicted bubble {best.bubble:.0%}"]
     if same:
@@ -259,7 +302,7 @@ def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
 
 
 def _as_dict(p: pl.Prediction) -> dict:
-    return {"stages": p.candidate.stages, "schedule": p.candidate.schedule, "chunks": p.candidate.chunks,
+    return {"stages": p.candidate.stages, "dp": p.candidate.dp, "schedule": p.candidate.schedule, "chunks": p.candidate.chunks,
             "micro_batch": p.candidate.micro_batch, "checkpoint": p.candidate.checkpoint, "predicted_step_s": p.step_s,
             "predicted_samples_per_s": p.samples_per_s, "predicted_bubble": p.bubble,
             "predicted_peak_bytes": p.peak_bytes, "extrapolated": p.extrapolated}
@@ -303,17 +346,19 @@ def _measure(args, suite_name: str, model: str | None) -> Path:
     return after
 
 
-def _store(cal: pl.Calibration, held: list[pl.Observation], rows: list[dict]):
+def _store(cals: dict, held: list[pl.Observation], rows: list[dict]):
     """Into each validated run: its cases' predictions beside the measurements, and the ranked
     recommendation for its mini-batch, as table plan_predictions (the report draws them; a later
     plan replaces them)."""
     for d in sorted({o.run_dir for o in held}, key=str):
         mine = [o for o in held if o.run_dir == d]
-        run_id, batch = mine[0].run_id, max(o.chunks * o.micro_batch for o in mine)
-        cands, _ = candidates(cal, sorted({o.stages for o in mine}), list(scheds.SCHEDULES),
+        run_id, batch = mine[0].run_id, max(o.dp * o.chunks * o.micro_batch for o in mine)
+        dps = sorted({o.dp for o in mine})
+        modes = set.intersection(*(set(pl.layout_for(cals, dp).checkpoints) for dp in dps))
+        cands, _ = candidates(cals, sorted({o.stages for o in mine}), list(scheds.SCHEDULES),
                               sorted({o.chunks for o in mine} | {1, 2, 4, 8, 16}), batch,
-                              sorted({o.checkpoint for o in mine} & set(cal.checkpoints)) or None)
-        best, _ = pl.recommend([pl.predict(cal, c, pl.torch_order) for c in cands])
+                              sorted({o.checkpoint for o in mine} & modes) or None, dps)
+        best, _ = pl.recommend([predict(cals, c) for c in cands])
         ids = {o.case_id for o in mine}
         out = [{**{k: v for k, v in r.items() if k not in ("step_error", "peak_error")}, "role": "validation", "rank": 0}
                for r in rows if r["case_id"] in ids]
@@ -321,7 +366,7 @@ def _store(cal: pl.Calibration, held: list[pl.Observation], rows: list[dict]):
             out.append({"run_id": run_id, "case_id": "", "role": "recommended", "rank": i, **_as_dict(p),
                         "candidate": p.candidate.label, "why": why(p, best) if i == 1 else ""})
         for r in out:
-            r["calibration_runs"] = ",".join(cal.runs)
+            r["calibration_runs"] = ",".join(sorted({r for c in cals.values() for r in c.runs}))
         write_parquet(conform(pd.DataFrame(out), "plan_predictions"), Path(d) / "plan_predictions.parquet")
 
 
@@ -333,26 +378,31 @@ def _config(o) -> tuple:
     return (o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint)
 
 
-def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
+def _calibrated(cals: dict, o: pl.Observation) -> bool:
+    """Was `o` (its run, or its configuration in its layout) used for calibration?"""
+    return any(o.run_id in c.runs for c in cals.values()) or (o.dp in cals and _config(o) in cals[o.dp].configs)
+
+
+def _validate(cals: dict, held: list[pl.Observation], fmt: str) -> int:
     """Held-out cases only: a case of a calibration run, or a configuration (ranks, schedule,
     chunks, micro-batch) the calibration measured, is left out and counted."""
     given = len(held)
-    held = [o for o in held if o.run_id not in cal.runs and _config(o) not in cal.configs]
+    held = [o for o in held if not _calibrated(cals, o)]
     if not held:
         raise BenchError("--validate runs are all calibration runs or configurations; pass measured runs of "
                          "configurations the model was not fitted on")
     rows = []
     for o in held:
-        p = pl.predict(cal, pl.Candidate(stages=o.stages, schedule=o.schedule, chunks=o.chunks,
-                                         micro_batch=o.micro_batch, checkpoint=o.checkpoint), pl.torch_order)
+        p = predict(cals, pl.Candidate(stages=o.stages, dp=o.dp, schedule=o.schedule, chunks=o.chunks,
+                                       micro_batch=o.micro_batch, checkpoint=o.checkpoint))
         peak = max(o.peak_bytes.values()) if o.peak_bytes else float("nan")
-        rows.append({"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages,
+        rows.append({"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages, "dp": o.dp,
                      "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
                      "checkpoint": o.checkpoint, "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
                      "step_error": p.step_s / o.step_s - 1, "predicted_bubble": p.bubble, "measured_bubble": o.bubble,
                      "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": peak,
                      "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated})
-    _store(cal, held, rows)
+    _store(cals, held, rows)
     pooled = over_launches(rows)
     if fmt == "json":
         print(json.dumps({"prediction": True, "cases": rows, **_errors(rows), "sweeps": sweeps(rows),
@@ -362,8 +412,8 @@ def _validate(cal: pl.Calibration, held: list[pl.Observation], fmt: str) -> int:
         return 0
     print(f"validation: model predictions vs measured, {len(rows)} held-out case(s)"
           + (f" ({given - len(rows)} left out: calibration runs or configurations)" if given > len(rows) else ""))
-    print(f"calibration: {cal.cases} case(s) of {', '.join(cal.runs)}; per-step cost "
-          + ", ".join(f"pp{r} {v * 1e3:.2f} ms" for r, v in cal.step_overhead.items()))
+    print(f"calibration: {sum(c.cases for c in cals.values())} case(s) of "
+          f"{', '.join(sorted({r for c in cals.values() for r in c.runs}))}; per-step cost {_per_step(cals)}")
     _table(rows)
     _print_errors(rows, sweeps(rows))
     for run, v in _per_launch(rows).items():
@@ -385,7 +435,7 @@ def over_launches(rows: list[dict]) -> list[dict]:
     if not rows:
         return []
     out = []
-    for _, g in pd.DataFrame(rows).groupby(["stages", "schedule", "chunks", "micro_batch", "checkpoint"], sort=False):
+    for _, g in pd.DataFrame(rows).groupby(["stages", "dp", "schedule", "chunks", "micro_batch", "checkpoint"], sort=False):
         n = g["run_id"].nunique()
         if n < 2:
             continue
@@ -441,22 +491,32 @@ def _print_errors(rows: list[dict], picks: list[dict]):
               f"max {e['bubble_max_gap_pp']:.1f} pp" if e["bubble_max_gap_pp"] is not None else "")
     print(f"step time MAPE {e['step_mape_pct']:.1f}%  peak memory MAPE {e['peak_mape_pct']:.1f}%" + bubble)
     for w in picks:
-        print(f"sweep {w['run_id']} pp{w['stages']} ({w['cases']} cases): the model picks {w['picked']} "
+        print(f"sweep {w['run_id']} {w['layout']} ({w['cases']} cases): the model picks {w['picked']} "
               f"(measured {w['picked_samples_per_s']:.0f} samples/s), the measured best is {w['best']} "
               f"({w['best_samples_per_s']:.0f}): {w['shortfall']:.1%} short")
 
 
 def sweeps(rows: list[dict]) -> list[dict]:
-    """Per validation sweep (one run, one pipeline depth): the configuration the model ranks first
+    """Per validation sweep (one run, one layout pp x dp): the configuration the model ranks first
     among those measured, against the measured best, and how far short of it the pick's measured
-    throughput is (0 when the model picked the best). Throughput is batch / step for both."""
+    throughput is (0 when the model picked the best). Throughput is batch / step for both. Where
+    two or more layouts were measured at one world (pp4 and pp2 x dp2 on 4 devices), the world is
+    a sweep of its own over every run given: the layout question itself."""
+    if not rows:
+        return []
+    df = pd.DataFrame(rows)
+    df = df.assign(dp=df["dp"] if "dp" in df else 1)
+    df = df.assign(world=df["stages"] * df["dp"], layout=[_where(s, d) for s, d in zip(df["stages"], df["dp"])])
+    groups = [((run, f"{layout}"), g) for (run, layout), g in df.groupby(["run_id", "layout"], sort=True)]
+    groups += [((f"world {w} (every run)", f"{g['layout'].nunique()} layouts"), g)
+               for w, g in df.groupby("world", sort=True) if g["layout"].nunique() > 1]
     out = []
-    for (run, stages), g in pd.DataFrame(rows).groupby(["run_id", "stages"], sort=True):
-        batch = g["chunks"] * g["micro_batch"]
+    for (run, layout), g in groups:
+        batch = g["dp"] * g["chunks"] * g["micro_batch"]
         picked = g.loc[(batch / g["predicted_step_s"]).idxmax()]
         best = g.loc[(batch / g["measured_step_s"]).idxmax()]
-        rate = lambda r: r["chunks"] * r["micro_batch"] / r["measured_step_s"]  # noqa: E731
-        out.append({"run_id": run, "stages": int(stages), "cases": len(g), "picked": picked["candidate"],
-                    "picked_samples_per_s": rate(picked), "best": best["candidate"],
+        rate = lambda r: r["dp"] * r["chunks"] * r["micro_batch"] / r["measured_step_s"]  # noqa: E731
+        out.append({"run_id": run, "layout": layout, "stages": int(picked["stages"]), "cases": len(g),
+                    "picked": picked["candidate"], "picked_samples_per_s": rate(picked), "best": best["candidate"],
                     "best_samples_per_s": rate(best), "shortfall": 1 - rate(picked) / rate(best)})
     return out

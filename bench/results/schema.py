@@ -364,8 +364,10 @@ PLAN_PREDICTIONS = {  # written into a pipeline run by `distbench plan` (docs/pl
     "run_id": "string", "case_id": "string",
     "role": "string",  # validation (a held-out case of this run) | recommended (a ranked candidate)
     "rank": "int64",  # recommended: 1 = best predicted; validation: 0
-    "candidate": "string",  # "pp<ranks> <schedule> m=<chunks> b=<micro-batch>[ ckpt=<mode>]"
-    "stages": "int64", "schedule": "string", "chunks": "int64", "micro_batch": "int64",
+    "candidate": "string",  # "pp<ranks>[ dp<replicas>] <schedule> m=<chunks> b=<micro-batch>[ ckpt=<mode>]"
+    "stages": "int64",
+    "dp": "int64",  # data-parallel replicas of the pipeline (world = stages x dp); micro_batch is one replica's
+    "schedule": "string", "chunks": "int64", "micro_batch": "int64",
     "checkpoint": "string",  # activation checkpointing mode of the candidate (always | except_last | never)
     "predicted_step_s": "float64", "measured_step_s": "float64",  # measured: the case's step_median_s
     "predicted_samples_per_s": "float64", "predicted_bubble": "float64", "measured_bubble": "float64",
