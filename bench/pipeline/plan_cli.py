@@ -476,10 +476,11 @@ def _errors(rows: list[dict]) -> dict:
 
 
 def _table(rows: list[dict]):
-    print(f"{'case':<48} {'pred ms':>9} {'meas ms':>9} {'err':>7} {'pred bub':>8} {'meas bub':>8} "
+    print(f"{'configuration':<40} {'pred ms':>9} {'meas ms':>9} {'err':>7} {'pred bub':>8} {'meas bub':>8} "
           f"{'pred peak':>10} {'meas peak':>10}")
     for r in rows:
-        print(f"{r['case_id'][:48]:<48} {r['predicted_step_s'] * 1e3:>9.2f} {r['measured_step_s'] * 1e3:>9.2f} "
+        label = r["candidate"] + (f" x{r['launches']}" if r.get("launches") else "")
+        print(f"{label[:40]:<40} {r['predicted_step_s'] * 1e3:>9.2f} {r['measured_step_s'] * 1e3:>9.2f} "
               f"{r['step_error']:>+7.1%} {_pct(r['predicted_bubble']):>8} {_pct(r['measured_bubble']):>8} "
               f"{_mib(r['predicted_peak_bytes']):>10} {_mib(r['measured_peak_bytes']):>10}"
               f"{'  extrapolated: ' + r['extrapolated'] if r['extrapolated'] else ''}")
