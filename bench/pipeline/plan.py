@@ -35,8 +35,11 @@ order for that schedule (bench.strategies.replay, orders from torch.distributed.
 with every action lasting t(s, k, b) (+ o for F, B, I); step time = the replay's makespan + c; bubble = the
 replay's mean idle share with the fitted compute times alone; memory = base + q * in-flight.
 
-A candidate outside what was measured (another pipeline depth, a micro-batch size outside the
-calibrated range) is predicted anyway and marked `extrapolated` with the reason.
+Layouts pp x dp: each data-parallel degree is calibrated from its own cases (fit_layouts, one
+Calibration per dp); a replica runs the pipeline on batch / dp, its gradient all-reduce lands in
+the per-step cost c. A candidate outside what was measured (another pipeline depth or dp, a
+micro-batch size outside the calibrated range) is predicted anyway and marked `extrapolated` with
+the reason.
 """
 
 import types
