@@ -146,7 +146,7 @@ def candidates(cals: dict, stages, schedules, chunks, batch, checkpoints=None,
     for dp in dps or sorted(cals):
         modes = checkpoints or pl.layout_for(cals, dp).checkpoints
         for p in stages:
-            where = f"pp{p}" + (f" dp{dp}" if dp > 1 else "")
+            where = _where(p, dp)
             for name in schedules:
                 sch = scheds.get(name)
                 for m in chunks:
