@@ -83,6 +83,11 @@ def placement(schedule: str, ranks: int) -> tuple[int, int, str]:
     return ranks, sch.per_rank, sch.placement
 
 
+def layout_label(ranks: int, dp: int = 1) -> str:
+    """'pp2', 'pp2 dp2': pipeline ranks, then data-parallel replicas where more than one."""
+    return f"pp{ranks}" + (f" dp{dp}" if dp > 1 else "")
+
+
 def placement_label(where: tuple) -> str:
     ranks, per_rank, shape = where
     return f"{ranks} rank(s) x {per_rank} stage(s)" + (f" {shape}" if per_rank > 1 else "")
@@ -255,8 +260,6 @@ def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_byt
     """order_of(schedule, stages, chunks) -> {rank: [(stage, kind, mb), ...]} (torch's order).
     With a link (and the model's activation bytes per sample at a stage boundary) the transfers
     are a term of their own and the overhead is what is left; without, the overhead holds them."""
-    if not obs:
-        raise BenchError("no pipeline cases to calibrate from; pass pipeline run directories (distbench pipeline ...)")
     model = _one_model(obs)
     dps = sorted({o.dp for o in obs})
     if len(dps) > 1:
@@ -306,14 +309,17 @@ def fit_layouts(obs: list[Observation], order_of, link: Link | None = None, boun
     stage times). The model is one (every piece above), its numbers per layout."""
     _one_model(obs)
     return {dp: fit([o for o in obs if o.dp == dp], order_of, link, boundary_bytes)
-            for dp in sorted({o.dp for o in obs})} or {1: fit(obs, order_of)}  # none: fit's refusal
+            for dp in sorted({o.dp for o in obs})}
 
 
 def _one_model(obs: list[Observation]) -> str:
+    """The one model the cases measured; none, or several, is refused."""
+    if not obs:
+        raise BenchError("no pipeline cases to calibrate from; pass pipeline run directories (distbench pipeline ...)")
     models = sorted({o.model for o in obs})
     if len(models) > 1:
         raise BenchError(f"calibration runs mix models {', '.join(models)}; pass runs of one model (--model)")
-    return models[0] if models else ""
+    return models[0]
 
 
 def layout_for(cals: dict, dp: int) -> "Calibration":
@@ -404,8 +410,7 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return (f"pp{self.stages}" + (f" dp{self.dp}" if self.dp > 1 else "")
-                + f" {self.schedule} m={self.chunks} b={self.micro_batch}"
+        return (f"{layout_label(self.stages, self.dp)} {self.schedule} m={self.chunks} b={self.micro_batch}"
                 + (f" ckpt={self.checkpoint}" if self.checkpoint != "never" else ""))
 
 

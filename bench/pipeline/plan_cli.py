@@ -146,7 +146,7 @@ def candidates(cals: dict, stages, schedules, chunks, batch, checkpoints=None,
     for dp in dps or sorted(cals):
         modes = checkpoints or pl.layout_for(cals, dp).checkpoints
         for p in stages:
-            where = _where(p, dp)
+            where = pl.layout_label(p, dp)
             for name in schedules:
                 sch = scheds.get(name)
                 for m in chunks:
@@ -231,16 +231,16 @@ def cmd_plan(args) -> int:
                              f"{','.join(map(str, stages))}, --dp {args.dp or ','.join(map(str, sorted(cals)))})")
     preds = [predict(cals, c, link=target) for c in cands]
     best, over = pl.recommend(preds, limit)
-    runs = sorted({r for c in cals.values() for r in c.runs})
+    runs = _runs(cals)
     if args.format == "json":
         links = {k: {"alpha_s": w.alpha, "beta_bytes_per_s": w.beta, "source": w.source}
                  for k, w in (("p2p", cal.link), ("target_p2p", target)) if w is not None}
         print(json.dumps({"prediction": True, "calibration": {"runs": runs, "cases": sum(c.cases for c in cals.values()),
                                                                "overhead_per_action_s": {
-                                                                   f"{_where(r, c.dp)} {n}": v for c in cals.values()
+                                                                   f"{pl.layout_label(r, c.dp)} {n}": v for c in cals.values()
                                                                    for (r, n), v in c.overhead.items()},
                                                                "overhead_per_step_s": {
-                                                                   _where(r, c.dp): v for c in cals.values()
+                                                                   pl.layout_label(r, c.dp): v for c in cals.values()
                                                                    for r, v in c.step_overhead.items()},
                                                                **links},
                           "recommended": [_as_dict(p) for p in best[:args.top]],
@@ -248,7 +248,7 @@ def cmd_plan(args) -> int:
         return 0
     print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on "
           f"{sum(c.cases for c in cals.values())} case(s) of {len(runs)} run(s), model {cal.model}; overhead per action "
-          + ", ".join(f"{_where(r, c.dp)} {n} {v * 1e6:.0f} us" for c in cals.values() for (r, n), v in c.overhead.items())
+          + ", ".join(f"{pl.layout_label(r, c.dp)} {n} {v * 1e6:.0f} us" for c in cals.values() for (r, n), v in c.overhead.items())
           + "; per step " + _per_step(cals))
     if cal.link:
         print(f"p2p between pipeline ranks (alpha-beta, {cal.boundary_bytes:.0f} bytes per sample at a stage boundary): "
@@ -266,12 +266,13 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _where(ranks: int, dp: int) -> str:
-    return f"pp{ranks}" + (f" dp{dp}" if dp > 1 else "")
+def _runs(cals: dict) -> list[str]:
+    """The calibration runs of every layout."""
+    return sorted({r for c in cals.values() for r in c.runs})
 
 
 def _per_step(cals: dict) -> str:
-    return ", ".join(f"{_where(r, c.dp)} {v * 1e3:.2f} ms" for c in cals.values() for r, v in c.step_overhead.items())
+    return ", ".join(f"{pl.layout_label(r, c.dp)} {v * 1e3:.2f} ms" for c in cals.values() for r, v in c.step_overhead.items())
 
 
 def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
@@ -366,7 +367,7 @@ def _store(cals: dict, held: list[pl.Observation], rows: list[dict]):
             out.append({"run_id": run_id, "case_id": "", "role": "recommended", "rank": i, **_as_dict(p),
                         "candidate": p.candidate.label, "why": why(p, best) if i == 1 else ""})
         for r in out:
-            r["calibration_runs"] = ",".join(sorted({r for c in cals.values() for r in c.runs}))
+            r["calibration_runs"] = ",".join(_runs(cals))
         write_parquet(conform(pd.DataFrame(out), "plan_predictions"), Path(d) / "plan_predictions.parquet")
 
 
@@ -413,7 +414,7 @@ def _validate(cals: dict, held: list[pl.Observation], fmt: str) -> int:
     print(f"validation: model predictions vs measured, {len(rows)} held-out case(s)"
           + (f" ({given - len(rows)} left out: calibration runs or configurations)" if given > len(rows) else ""))
     print(f"calibration: {sum(c.cases for c in cals.values())} case(s) of "
-          f"{', '.join(sorted({r for c in cals.values() for r in c.runs}))}; per-step cost {_per_step(cals)}")
+          f"{', '.join(_runs(cals))}; per-step cost {_per_step(cals)}")
     _table(rows)
     _print_errors(rows, sweeps(rows))
     for run, v in _per_launch(rows).items():
@@ -506,9 +507,9 @@ def sweeps(rows: list[dict]) -> list[dict]:
     if not rows:
         return []
     df = pd.DataFrame(rows)
-    df = df.assign(dp=df["dp"] if "dp" in df else 1)
-    df = df.assign(world=df["stages"] * df["dp"], layout=[_where(s, d) for s, d in zip(df["stages"], df["dp"])])
-    groups = [((run, f"{layout}"), g) for (run, layout), g in df.groupby(["run_id", "layout"], sort=True)]
+    df = df.assign(dp=df["dp"] if "dp" in df else 1)  # rows without a layout are pipelines alone
+    df = df.assign(world=df["stages"] * df["dp"], layout=[pl.layout_label(s, d) for s, d in zip(df["stages"], df["dp"])])
+    groups = [((run, layout), g) for (run, layout), g in df.groupby(["run_id", "layout"], sort=True)]
     groups += [((f"world {w} (every run)", f"{g['layout'].nunique()} layouts"), g)
                for w, g in df.groupby("world", sort=True) if g["layout"].nunique() > 1]
     out = []
