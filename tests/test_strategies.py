@@ -239,3 +239,33 @@ def _pp_left_alive(info, schedule):
 def test_pipeline_trainer_is_freed_without_the_cycle_collector(schedule):
     res = spawn(_pp_left_alive, 2, schedule)
     assert res == {0: [False] * len(res[0]), 1: [False] * len(res[1])}, res
+
+
+def test_efficiency_curve_of_a_composed_run_uses_its_stages_and_one_pipelines_batch(monkeypatch):
+    """Issue 31 item 10: at world 8 of stages 2 x dp 2 x tp 2 the curve is that of one pipeline of
+    2 stages on batch / dp = 8 samples (not 8 stages on the whole 16): the batch the model runs,
+    the rows' batch and micro-batch, and the ideal p-stage step all use them."""
+    from bench.pipeline.config import PipelineConfig
+    from bench.strategies import measure
+
+    seen = []
+
+    class Recording(measure.Batches):
+        def __init__(self, spec, batch, *a, **k):
+            seen.append(batch)
+            super().__init__(spec, batch, *a, **k)
+
+    monkeypatch.setattr(measure, "Batches", Recording)
+    cfg = PipelineConfig(model="mlp-tiny", stages=(2,), dp=2, tp=2, batch=16, chunks=(1, 2, 4), schedules=("gpipe",),
+                         steps=5, warmup=0)
+    rows = measure.efficiency_curve(cfg, torch.device("cpu"), "r", 8)
+    assert seen == [8]
+    assert [(r["chunks"], r["batch"], r["micro_batch"], r["stages"]) for r in rows] == [
+        (1, 8, 8, 2), (2, 8, 4, 2), (4, 8, 2, 2)]
+    for r in rows:
+        m = r["chunks"]
+        assert r["ideal_pipeline_step_s"] == r["step_median_s"] * (m + 2 - 1) / (m * 2)
+        assert r["case_id"] == f"efficiency.mlp-tiny.b8.m{m}"
+    plain = measure.efficiency_curve(PipelineConfig(model="mlp-tiny", stages=(2,), batch=16, chunks=(2,), steps=5,
+                                                    schedules=("gpipe",)), torch.device("cpu"), "r", 2)
+    assert [(r["batch"], r["micro_batch"], r["stages"]) for r in plain] == [(16, 8, 2)] and seen[-1] == 16

@@ -354,16 +354,21 @@ def step_spans(key: dict, facts: list[dict], k: int, bd: dict | None = None) -> 
     return out
 
 
-def efficiency_curve(cfg, device, run_id: str, stages: int) -> list[dict]:
-    """One process, the whole model, the same mini-batch run as m sequential chunks: how much
-    per-sample speed small micro-batches cost on this device (no pipeline, no communication)."""
+def efficiency_curve(cfg, device, run_id: str, world: int) -> list[dict]:
+    """One process, the whole model, one pipeline's mini-batch run as m sequential chunks: how much
+    per-sample speed small micro-batches cost on this device (no pipeline, no communication).
+    At the launch's `world` (a pipeline config: stages x dp x fsdp x tp) a pipeline has
+    world / (dp x fsdp x tp) stages and gets batch / (dp x fsdp) samples: the curve's batch, its
+    micro-batches (batch / m) and the ideal p-stage step use those."""
+    dims = cfg.dims(world, world // cfg.inner)
+    stages, batch = dims.pp, dims.local_batch(cfg.batch)
     spec = get_spec(cfg.model)
     model = build_model(spec, cfg.seed).to(device)
     lf = loss_fn(spec)
-    x, y = Batches(spec, cfg.batch, 1, cfg.seed).next(device)
+    x, y = Batches(spec, batch, 1, cfg.seed).next(device)
     rows, base = [], None
     for m in sorted(set(cfg.chunks)):
-        if cfg.batch % m:
+        if batch % m:
             continue
 
         def step():
@@ -379,10 +384,10 @@ def efficiency_curve(cfg, device, run_id: str, stages: int) -> list[dict]:
             step()
             times.append(time.perf_counter() - t0)
         st = summarize(times)
-        sps = cfg.batch / st.median_s
+        sps = batch / st.median_s
         base = base or (sps if m == min(cfg.chunks) else None)
-        rows.append({"run_id": run_id, "case_id": f"efficiency.{cfg.model}.b{cfg.batch}.m{m}", "model": cfg.model,
-                     "batch": cfg.batch, "chunks": m, "micro_batch": cfg.batch // m, **st.columns("step_"),
+        rows.append({"run_id": run_id, "case_id": f"efficiency.{cfg.model}.b{batch}.m{m}", "model": cfg.model,
+                     "batch": batch, "chunks": m, "micro_batch": batch // m, **st.columns("step_"),
                      "samples_per_s": sps, "relative_throughput": sps / base if base else float("nan"),
                      # what an ideal p-stage GPipe would take with these chunk times (no comm):
                      "ideal_pipeline_step_s": st.median_s * (m + stages - 1) / (m * stages), "stages": stages})
