@@ -5,8 +5,21 @@ Three modes, named in every row (column `mode`; the reduction over ranks is `ran
   time around the blocking call or work.wait(). On CUDA: device time on the current stream from
   the moment the op could start to its end. The stream is first held by a spin kernel
   (torch.cuda._sleep) while the host dispatches the op, and the start event is recorded behind
-  it, so the host's dispatch time is not in the sample; a sample whose hold ran out before the
-  dispatch had finished (the start event had already fired) is taken again with twice the hold.
+  it, so the host's dispatch time is not in the sample. A sample whose hold ran out before the
+  dispatch had finished (the start event had already fired) on any rank is taken again, barrier
+  included, by every rank with twice the hold: the ranks agree on it (agree_max), so they issue
+  the same collectives in the same order and hold for the same number of cycles.
+  Start skew inside a CUDA latency sample (the spread over ranks of the moments their start
+  events fire) = the spread of the ranks' exits from the barrier + the spread of their kernel
+  launch latencies + hold_cycles x the spread of 1/SM clock. The hold shifts every rank's start by
+  the same number of cycles, so it adds skew only where the clocks differ (a throttled GPU), and it
+  does not absorb the barrier's exit skew either (every rank's hold starts at its own exit). For
+  a collective no rank can finish before every rank has started (all_reduce, all_gather, ...), the
+  earliest rank's sample contains the whole skew, so the `max` rank reduction reads high by up to
+  the skew (on CPU likewise by the barrier's exit skew). It is not measured separately: for such
+  a collective the spread over ranks of one iteration's samples (the samples table keeps them
+  all) is the skew give or take the spread of the ranks' end times (docs/telemetry.md, "The CUDA
+  latency sample").
 - throughput: ops back to back under one timer, divided by their number; repeated in `blocks`
   blocks so that spread can be reported. blocking=True waits for each op before issuing the next;
   blocking=False issues the block's ops asynchronously and waits for them all at the end, several
@@ -44,7 +57,7 @@ from bench.units import parse_size
 
 MODES = ("latency", "throughput", "nccl-tests")
 HOLD_CYCLES = 200_000  # first spin-kernel hold of a CUDA latency sample (~0.1 ms at ~2 GHz); doubled as needed
-MAX_HOLD_CYCLES = 200_000 << 8
+MAX_HOLD_CYCLES = 200_000 << 8  # ~26 ms at ~2 GHz: a sample still early then is kept (its dispatch is in it)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,19 +115,27 @@ def _run(op: Callable, async_op: bool):
         work.wait()
 
 
-def _held_sample(op: Callable, timer, hold: list[int]) -> float:
-    """CUDA latency sample without the host's dispatch: hold the stream with a spin kernel, record
-    the start event behind it, dispatch the op; if the start event has already fired when the
-    dispatch returns, the hold was too short: take the sample again with twice the hold."""
+def _held_sample(op: Callable, timer, hold_cycles: list[int], barrier: Callable,
+                 agree_max: Callable[[float], float]) -> float:
+    """CUDA latency sample without the host's dispatch: barrier, hold the stream with a spin
+    kernel, record the start event behind it, dispatch the op. If the start event has already
+    fired on ANY rank when its dispatch returned, that rank's hold was too short: every rank
+    doubles the hold and takes the sample again, barrier included. The decision is agreed
+    (agree_max of the early flags), so every rank issues the same collectives in the same order
+    and keeps the same hold; a rank deciding alone would issue one op more than the others (a
+    hang on NCCL, or the retry matched against the next sample's barrier). hold_cycles: [cycles],
+    shared by the samples of one case, equal on every rank."""
     while True:
-        torch.cuda._sleep(hold[0])
+        barrier()
+        torch.cuda._sleep(hold_cycles[0])
         timer.start()
         _run(op, async_op=True)
         early = timer.started()
         t = timer.stop()
-        if not early or hold[0] >= MAX_HOLD_CYCLES:
+        any_early = agree_max(1.0 if early else 0.0) > 0.0  # outside the timed span: stop() has synchronised
+        if not any_early or hold_cycles[0] >= MAX_HOLD_CYCLES:
             return t
-        hold[0] *= 2
+        hold_cycles[0] *= 2
 
 
 def iterations(spec: LoopSpec, warm_op_s: float) -> int:
@@ -141,10 +162,9 @@ def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Call
     samples: list[float] = []
     slow = slowdown_for(case, size_bytes)  # test only (module docstring); case, size_bytes: which case this is
     if spec.mode == "latency" and device.type == "cuda":
-        hold = [HOLD_CYCLES]
+        hold_cycles = [HOLD_CYCLES]
         for _ in range(n):
-            barrier()
-            samples.append(_held_sample(op, timer, hold))
+            samples.append(_held_sample(op, timer, hold_cycles, barrier, agree_max))
     elif spec.mode == "latency":
         for _ in range(n):
             barrier()
