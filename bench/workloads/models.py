@@ -4,8 +4,11 @@ GPT-style decoder (token embedding, N blocks of attention + MLP, head).
 Both are an `nn.Sequential` of *pieces* so every strategy can take them apart the same way:
 MLP pieces are its blocks; GPT pieces are [Embed, Block x n_layer, Head]. The timed family
 (TimedBlock) is the pipeline bubble's yardstick: each block's forward, input-gradient and
-weight-gradient backward sleep known times, so every schedule's bubble is known exactly from its
-action order (bench.strategies.replay.exact_durations); sleeping ranks do not compete for cores. A pipeline stage is a
+weight-gradient backward take known times, so every schedule's bubble is known exactly from its
+action order (bench.strategies.replay.exact_durations). On CPU an action sleeps on the host
+(sleeping ranks do not compete for cores); on CUDA it occupies the device (`occupy`: a spin
+kernel of the cycles that many seconds take, calibrated once per device), so the CUDA-event
+spans and waits measure the known times too. A pipeline stage is a
 contiguous slice; `balance` counts blocks ("layers"), the GPT embedding rides with the first
 stage and the head with the last. Attention uses separate q/k/v Linears so Megatron-style
 column sharding splits whole heads (a fused qkv weight would be cut across q and k).
@@ -25,13 +28,13 @@ from bench.errors import unknown
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     preset: str
-    family: str  # mlp | gpt | timed (an MLP-shaped yardstick whose blocks sleep known times)
+    family: str  # mlp | gpt | timed (an MLP-shaped yardstick whose blocks take known times: occupy)
     width: int  # MLP hidden = in = out; GPT d_model
     depth: int  # MLP blocks; GPT n_layer (the "layers" that balance counts)
     heads: int = 0  # GPT only
     vocab: int = 0  # GPT only
     seq: int = 0  # GPT only: tokens per sample
-    fwd_s: float = 0.0  # timed only: seconds each block's forward sleeps (F)
+    fwd_s: float = 0.0  # timed only: seconds each block's forward takes (F; a host sleep on CPU, a spin on CUDA)
     bwd_input_s: float = 0.0  # timed only: its input-gradient backward (I)
     bwd_weight_s: float = 0.0  # timed only: its weight-gradient backward (W)
     slow_block: int = -1  # timed only: this block (0-based) takes slow_factor x the times (delay injection)
@@ -90,23 +93,66 @@ class MLPBlock(nn.Sequential):
         super().__init__(nn.Linear(width, width), nn.GELU())
 
 
+# The timed workload on CUDA: torch.cuda._sleep(cycles) is a kernel that spins `cycles` GPU clock
+# ticks. Cycles per second are measured once per device, at its first timed action (in the first
+# case's check or warm-up step): a short warm-up spin (the first launch loads the kernel), then
+# SPIN_CALIBRATION_CYCLES between two CUDA events (about 50 ms at 2 GHz). A host sleep on CUDA would
+# leave the device idle: the CUDA-event span of a forward would start when its receive lands and
+# end when the host wakes, and the measured bubble would mean nothing.
+SPIN_CALIBRATION_CYCLES = 100_000_000
+_SPIN_CYCLES_PER_S: dict[int, float] = {}  # device index -> spin-kernel cycles per second
+
+
+def spin_cycles_per_s(index: int) -> float:
+    """Cycles per second of torch.cuda._sleep on cuda:index (the current device), measured once."""
+    if index not in _SPIN_CYCLES_PER_S:
+        torch.cuda._sleep(SPIN_CALIBRATION_CYCLES // 10)  # warm-up: the first launch pays the kernel load
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
+        end.record()
+        end.synchronize()
+        _SPIN_CYCLES_PER_S[index] = SPIN_CALIBRATION_CYCLES / (start.elapsed_time(end) / 1e3)  # elapsed: ms
+    return _SPIN_CYCLES_PER_S[index]
+
+
+def _device_of(t: torch.Tensor) -> torch.device:
+    return t.device
+
+
+def occupy(seconds: float, t: torch.Tensor):
+    """One timed action of `seconds` where `t` lives: on CUDA a spin kernel on the current stream
+    (the host returns at once, the device is busy `seconds`); elsewhere a host sleep."""
+    dev = _device_of(t)
+    if dev.type != "cuda":
+        time.sleep(seconds)
+        return
+    current = torch.cuda.current_device()
+    index = dev.index if dev.index is not None else current
+    if index == current:  # a pipeline rank's one device
+        torch.cuda._sleep(int(round(seconds * spin_cycles_per_s(index))))
+        return
+    with torch.cuda.device(index):  # a rank driving several devices (layer): the stream of t's
+        torch.cuda._sleep(int(round(seconds * spin_cycles_per_s(index))))
+
+
 class _SleepInput(torch.autograd.Function):
-    """Identity on the activation: forward sleeps F, backward (the input gradient) sleeps I."""
+    """Identity on the activation: forward takes F, backward (the input gradient) takes I (occupy)."""
 
     @staticmethod
     def forward(ctx, x, fwd_s: float, bwd_s: float):
         ctx.bwd_s = bwd_s
-        time.sleep(fwd_s)
+        occupy(fwd_s, x)
         return x.clone()  # a new tensor, not a view: torch's last stage detaches its output in place
 
     @staticmethod
     def backward(ctx, g):
-        time.sleep(ctx.bwd_s)
+        occupy(ctx.bwd_s, g)
         return g, None, None
 
 
 class _SleepWeight(torch.autograd.Function):
-    """Identity on the weight: its backward (the weight gradient) sleeps W."""
+    """Identity on the weight: its backward (the weight gradient) takes W (occupy)."""
 
     @staticmethod
     def forward(ctx, w, bwd_s: float):
@@ -115,13 +161,13 @@ class _SleepWeight(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        time.sleep(ctx.bwd_s)
+        occupy(ctx.bwd_s, g)
         return g, None
 
 
 class TimedBlock(nn.Module):
     """y = x * w (w: one weight per feature), with the forward, the input-gradient path and the
-    weight-gradient path each sleeping a known time. torch's split backward (stage_backward_input,
+    weight-gradient path each taking a known time (occupy). torch's split backward (stage_backward_input,
     then stage_backward_weight) runs the two paths as separate actions."""
 
     def __init__(self, width: int, times: tuple[float, float, float]):
