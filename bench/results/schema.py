@@ -296,6 +296,8 @@ STRATEGY = {
     "exposed_comm_est_s": "float64",  # compute_s - solo_compute_s where comm_in_compute
     "memory_kind": "string",  # cuda | host
     "peak_memory_bytes": "int64",  # max over devices: CUDA peak reserved, or host peak RSS
+    "peak_allocated_bytes": "Int64",  # CUDA: max over ranks of allocated_bytes.all.peak in the measured steps; host: null
+    "peak_reserved_bytes": "Int64",  # CUDA: max over ranks of reserved_bytes.all.peak in the measured steps; host: null
     "host_peak_rss_bytes": "int64",
     "loss": "float64",
     "tolerance": "string",

@@ -10,6 +10,7 @@ None, raising BenchError for an impossible case). A Trainer owns its model, opti
   global_batch()     the last step's global mini-batch (x, y), for the reference (collective)
 """
 
+import gc
 import math
 import resource
 import time
@@ -149,6 +150,16 @@ def _read_status_kb(field_name: str) -> int | None:
     except OSError:
         return None
     return None
+
+
+def release_cached(devices) -> None:
+    """Before the peaks are reset: what is no longer referenced is freed (gc.collect(): reference
+    cycles), and the CUDA caching allocator gives its free blocks back (torch.cuda.empty_cache(),
+    every device), so that memory of the correctness check (the reference model, the gathered
+    gradients and global batch) is neither allocated nor reserved when the measured steps start."""
+    gc.collect()
+    if any(d.type == "cuda" for d in devices) and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def reset_peak(device: torch.device) -> bool:

@@ -20,7 +20,7 @@ from bench.strategies.schedules import get as get_schedule
 from bench.strategies.theory import gpipe_bubble, megatron_bubble
 from bench.strategies import REGISTRY
 from bench.strategies.base import (COMPUTE_KINDS, TOLERANCE, Ctx, kind_totals, peak_bytes, read_peak, reference_check,
-                                   reset_peak)
+                                   release_cached, reset_peak)
 from bench.strategies.config import CaseSpec
 from bench.strategies.pp import validate
 from bench.timing.profile import profile_steps, relative, trace_file
@@ -102,6 +102,18 @@ def _profile(trainer, comm: Comm, case: CaseSpec, run_dir) -> str:
     return relative(path, run_dir).replace(f".rank{rank}.json", ".rank0.json")
 
 
+def _check(trainer, rank: int) -> dict | None:
+    """Every rank: one step compared with the single-process reference (rank 0 runs it). The
+    gathered gradients and global batch and the reference model are this function's locals: they
+    are freed when it returns, before the measured steps (their blocks stay reserved in the CUDA
+    caching allocator until release_cached)."""
+    trainer.step(check=True)
+    loss, grads, batch = trainer.loss(), trainer.grads(), trainer.global_batch()  # collectives
+    chk = reference_check(trainer, loss, grads, batch) if rank == 0 else None
+    trainer.opt.zero_grad(set_to_none=True)
+    return chk
+
+
 def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
     """Every rank: one case. Returns the gathered per-rank facts (on every rank); with
     cfg.profile (and a run_dir), 5 profiled steps after everything timed."""
@@ -112,17 +124,13 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
               checkpoint=case.checkpoint, balance=case.balance, bucket_cap_mb=case.bucket_cap_mb or 25.0,
               dims=case.dims if case.composed else None)
     trainer = REGISTRY.get(case.strategy).setup(ctx)
-    chk = None
-    if cfg.check:
-        trainer.step(check=True)
-        loss, grads, batch = trainer.loss(), trainer.grads(), trainer.global_batch()  # collectives
-        chk = reference_check(trainer, loss, grads, batch) if info.rank == 0 else None
-        trainer.opt.zero_grad(set_to_none=True)
+    chk = _check(trainer, info.rank) if cfg.check else None
     for _ in range(cfg.warmup):
         trainer.step()
     trainer.sync()  # every device it drives (layer, dp: several)
     comm.barrier()
     devices = trainer.device_list()
+    release_cached(devices)  # what the check left in the caching allocator is not the steps' memory
     host_reset = all([reset_peak(d) for d in devices])
     recs = _timed_steps(trainer, comm, cfg.steps)
     mem = max((read_peak(d, host_reset) for d in devices), key=peak_bytes)  # max over the devices it drives
@@ -275,6 +283,7 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
            "exposed_comm_est_s": max(0.0, mean("compute_s") - mean("solo_compute_s"))
            if facts[0]["comm_in_compute"] and np.isfinite(mean("solo_compute_s")) else float("nan"),
            "memory_kind": ranks[0]["memory_kind"], "peak_memory_bytes": max(x["peak_bytes"] for x in ranks),
+           **{n: _max_known(x[n] for x in ranks) for n in ("peak_allocated_bytes", "peak_reserved_bytes")},
            "host_peak_rss_bytes": max(x["host_peak_rss_bytes"] for x in ranks),
            "loss": res["loss"], "tolerance": TOLERANCE, "profile_trace": res.get("trace")}
     est = row["exposed_comm_est_s"] if np.isfinite(row["exposed_comm_est_s"]) else 0.0
@@ -287,6 +296,12 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
     k_med = int(np.argsort(walls)[len(walls) // 2])
     spans = [] if nodes > 1 else step_spans(key, facts, k_med, per_step[k_med])
     return {"results": [row], "strategy_ranks": ranks, "strategy_steps": steps_rows, "strategy_spans": spans}
+
+
+def _max_known(values):
+    """The largest value that is not None (CUDA memory columns; None on host ranks), else None."""
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 def _pipeline_columns(case: CaseSpec, facts: list[dict], ranks: list[dict], world: int, mean) -> dict:
