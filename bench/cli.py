@@ -25,6 +25,7 @@ from bench import preflight
 from bench.distributed.env import (check_world, gpu_layout, launcher_world, ranks_per_node, resolve_backend,
                                    select_device, torch_env)
 from bench.distributed.launch import launched_externally
+from bench.distributed.verdict import Verdict
 from bench.errors import USAGE_EXIT, BenchError
 from bench.harness import KINDS, Kind
 from bench.harness.run import dry_run, is_rank_zero, run
@@ -94,11 +95,13 @@ def _with_worlds(cfg, worlds):
 
 
 def cmd_kind(kind: Kind, args) -> int:
-    cfg, backend, worlds = configure(kind, args)
-    plan = kind.plan(cfg, backend, worlds)
-    if args.dry_run:
-        return dry_run(kind, cfg, plan)
-    preflight_checks(kind, cfg, backend, plan)
+    with Verdict() as verdict:  # under torchrun / srun: a rank's refusal reaches every rank (bench.distributed.verdict)
+        cfg, backend, worlds = configure(kind, args)
+        verdict.timeout_s = cfg.timeout_s
+        plan = kind.plan(cfg, backend, worlds)
+        if args.dry_run:
+            return dry_run(kind, cfg, plan)
+        preflight_checks(kind, cfg, backend, plan)
     return run(kind, cfg, backend, plan, resume=args.resume)
 
 

@@ -17,6 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture(autouse=True)
+def _lone_rank_verdict(monkeypatch):
+    """A rank faked inside this process (launcher variables set, no other rank running): the
+    preflight verdict is its own. The real exchange (bench.distributed.verdict) waits on the
+    launch's store for every rank; tests/test_preflight_verdict.py runs it on real processes."""
+    from bench.distributed import verdict  # lazy: conftest loads before the tests' own imports
+
+    monkeypatch.setattr(verdict, "exchange", lambda message, timeout_s: [(int(os.environ.get("RANK", "0")), message)])
+
+
 def spawn(fn, world: int, *args, timeout_s: float = 120.0) -> dict:
     from bench.distributed.launch import launch, run_in_group
 
