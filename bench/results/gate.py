@@ -40,6 +40,7 @@ from bench.results.compare import (AGGREGATED, DECIDABLE, Comparison, Rules, _ke
                                     with_confirmation)
 from bench.results.schema import SCHEMA_VERSION
 from bench.results.store import load_run
+from bench.telemetry.summary import THROTTLED_SHARE
 
 PASS, REGRESSION, NOT_COMPARABLE = 0, 1, 3
 
@@ -407,15 +408,25 @@ def _flag_summary(cases_r: pd.DataFrame, kinds_r: pd.DataFrame) -> str:
     return "; ".join(parts) or "none"
 
 
+def _throttled_cases(gated: pd.DataFrame, kind: str, among_all: bool = False) -> int:
+    """Cases (not case x metric rows: a training case has two gated metrics) whose verdict is
+    `throttled`; among_all: every case both runs have instead."""
+    rows = gated[~gated["verdict"].isin(("missing", "new"))] if among_all else gated[gated["verdict"] == "throttled"]
+    keys = [k for k in _key_names(kind) if k in rows.columns]
+    return len(rows[keys].astype(str).drop_duplicates()) if keys else len(rows)
+
+
 def _notes(cmp: Comparison, throttled_only: bool = False) -> list[str]:
     c = cmp.cases
     if c.empty:
         return []
     g = c[c["gated"]]
     out = []
-    n = int((g["verdict"] == "throttled").sum())
+    n = _throttled_cases(g, cmp.kind)
     if n:
-        out.append(f"{n} case(s) throttled (telemetry): reported, not decided")
+        out.append(f"{n} of {_throttled_cases(g, cmp.kind, among_all=True)} gated case(s) left undecided because of "
+                   f"throttling (telemetry `throttled`: clocks cut at more than {THROTTLED_SHARE:.0%} of the "
+                   "case's sampling instants): reported, not decided")
     if throttled_only:
         return out
     for verdict, what in (("unstable", "unstable (baseline band too wide or < 2 repeats): cannot fail on their own"),
