@@ -73,18 +73,23 @@ def test_nccl_tests_text_without_footer_is_noted_as_cut_off():
     assert len(p.rows) == 26 and p.notes[0].startswith("cut off: no '# Avg bus bandwidth' footer")
 
 
-def test_nccl_tests_older_layout_error_column_is_not_a_count():
+def test_nccl_tests_older_layout_error_column_is_not_a_count(tmp_path):
     f = DATA / "all_gather_perf-2.10-old-layout.txt"
-    with pytest.raises(BenchError, match="give --collective NAME"):
-        nccl_tests.parse(f)
-    p = nccl_tests.parse(f, collective="all_gather")
-    assert p.world == 4 and p.devices == ["Tesla V100-SXM2-32GB"] * 4 and p.version == ""
-    assert len(p.rows) == 18 and {r["collective"] for r in p.rows} == {"all_gather_single"}
-    assert {r["wrong"] for r in p.rows} == {None} and {r["op"] for r in p.rows} == {""}
-    assert {r["root"] for r in p.rows} == {-1} and {r["iters"] for r in p.rows} == {20}
-    assert "not a count" in p.notes[0]
-    first = min(p.rows, key=lambda r: (r["size_bytes"], r["placement"] != "out-of-place"))
-    assert (first["size_bytes"], first["time_median_s"], first["busbw_gbps"]) == (1024, pytest.approx(9.81e-6), 0.08)
+    anon = tmp_path / "out.txt"  # the same table under a name that names no collective
+    anon.write_text(f.read_text())
+    with pytest.raises(BenchError, match=r"fits all_gather, alltoall\), the file name \(names none of them\); give "
+                                         "--collective NAME"):
+        nccl_tests.parse(anon)
+    for p in (nccl_tests.parse(f), nccl_tests.parse(anon, collective="all_gather")):
+        assert p.world == 4 and p.devices == ["Tesla V100-SXM2-32GB"] * 4 and p.version == ""
+        assert len(p.rows) == 18 and {r["collective"] for r in p.rows} == {"all_gather_single"}
+        assert {r["wrong"] for r in p.rows} == {None} and {r["op"] for r in p.rows} == {""}
+        assert {r["max_error"] for r in p.rows} == {0.0} and {r["degraded"] for r in p.rows} == {""}
+        assert {r["root"] for r in p.rows} == {-1} and {r["iters"] for r in p.rows} == {20}
+        assert "not a count" in p.notes[0]
+        first = min(p.rows, key=lambda r: (r["size_bytes"], r["placement"] != "out-of-place"))
+        assert (first["size_bytes"], first["time_median_s"], first["busbw_gbps"]) == (1024, pytest.approx(9.81e-6), 0.08)
+    assert "from the file name 'all_gather_perf-2.10-old-layout.txt'" in nccl_tests.parse(f).notes[-1]
 
 
 def test_nccl_tests_per_iteration_layout_and_no_validation():

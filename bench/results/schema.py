@@ -61,6 +61,7 @@ COLLECTIVE = {
     "slowest_rank": "int64",
     "checks": "int64",
     "wrong": "int64",  # wrong elements summed over ranks and checks
+    "max_error": "float64",  # imported nccl-tests before 2.13: its `error` column (the largest deviation), as printed
 }
 
 SAMPLES = {

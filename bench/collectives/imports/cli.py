@@ -27,9 +27,9 @@ def add_parser(sub):
 
 
 def _parse(mod, f, args):
-    """One file; every error names it (a few come from shared vocabulary that does not know the file)."""
+    """One file's runs; every error names it (a few come from shared vocabulary that does not know the file)."""
     try:
-        return mod.parse(f, collective=args.collective, world=args.world)
+        return mod.parse_runs(f, collective=args.collective, world=args.world)
     except BenchError as e:
         if str(f) in str(e):
             raise
@@ -43,7 +43,7 @@ def cmd_import(args) -> int:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.suite):
         raise BenchError(f"--suite '{args.suite}': a suite name is letters, digits, '_', '.' and '-' (it names the "
                          "directory under --out)")
-    parsed = [_parse(mod, f, args) for f in args.files]
+    parsed = [p for f in args.files for p in _parse(mod, f, args)]
     path = store(parsed, tool=mod.TOOL, definitions=mod.DEFINITIONS, out=args.out, suite=args.suite,
                  argv=["distbench", *sys.argv[1:]] if sys.argv[1:2] == ["import"] else None)
     rows = sum(len(p.rows) for p in parsed)

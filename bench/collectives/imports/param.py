@@ -39,7 +39,11 @@ REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_single")
 # header label (lower case, units dropped) -> our name
 LABELS = {"size": "size", "total-size": "size", "num-elements": "count", "nelementsperrank": "count",
           "latency:p50": "p50", "time:p50": "p50", "p75": "p75", "p95": "p95", "min": "min", "max": "max",
-          "algbw": "algbw", "busbw": "busbw", "totaltime:p50": "total", "totallatency:p50": "total"}
+          "algbw": "algbw", "busbw": "busbw", "totaltime:p50": "total", "totallatency:p50": "total",
+          "complatency:p50": "comp", "tflops": "tflops"}  # the last two: --mode comms-compute (2023-2024)
+# one header label: `BusBW(GB/s)`, `Time(us):p50`, `total-size`; comms-compute prints `{:>12}` BusBW(GB/s)
+# before `{:>20}` TotalLatency(us):p50, 20 characters, so the two are glued: `BusBW(GB/s)TotalLatency(us):p50`
+_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(?:\([^)]*\))?(?::p\d+)?")
 
 DEFINITIONS = {
     "time_median_s": "PARAM Time(us):p50 (us -> s): the median over ranks of each rank's mean op time over numIters "
@@ -51,7 +55,8 @@ DEFINITIONS = {
     "size_bytes": "PARAM total-size (B) (memSize)", "count": "PARAM nElementsPerRank",
     "wrong": "null: PARAM prints no wrong-element count in its results table",
     "mode": "throughput (blocking from --z)", "rank_reduce": "median: the median over ranks (PARAM's p50)",
-    "not stored": "PARAM p75 / p95 over ranks and TotalTime(us):p50",
+    "not stored": "PARAM p75 / p95 over ranks, TotalTime(us):p50 (TotalLatency), and in --mode comms-compute "
+                  "CompLatency(us):p50 (the compute kernels' time) and TFlops",
 }
 
 _WORLD = re.compile(r"'world_size':\s*(\d+)")
@@ -65,7 +70,7 @@ def _labels(header: str, where: str) -> list[str]:
     for t in header.split()[1:]:
         if t.startswith("(") and toks:  # '(B)' belongs to the label before it
             continue
-        toks.append(t)
+        toks += _LABEL.findall(t) or [t]
     out = []
     for t in toks:
         key = re.sub(r"\((?:us|gb/s|b)\)", "", t.lower())
@@ -74,6 +79,11 @@ def _labels(header: str, where: str) -> list[str]:
                              f"{', '.join(sorted(LABELS))}")
         out.append(LABELS[key])
     return out
+
+
+def parse_runs(path, collective: str | None = None, world: int | None = None) -> list[Parsed]:
+    """A PARAM log is one run (the import CLI reads every tool's files as lists of runs)."""
+    return [parse(path, collective, world)]
 
 
 def parse(path, collective: str | None = None, world: int | None = None) -> Parsed:
