@@ -5,6 +5,8 @@ launch, every layout's first step equal to the single-process reference (loss an
 gathered from its shards); the matrix under GPipe, 1F1B, interleaved and checkpointing, and the 3D
 layout at world 8 through the CLI (both slow)."""
 
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 
@@ -233,3 +235,30 @@ def test_make_passes_the_layout_degrees():
     out = subprocess.run(["make", "-n", "bench-pipeline", "CHUNKS=1,4,8", "TP=2", "DP=2", "FSDP=2", "DEPS="],
                          cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     assert "--chunks 1,4,8" in out and "--tp 2 --dp 2 --fsdp 2" in out
+
+
+# ---- process groups of a case are destroyed at its end (issue 31 item 4) ---------------------------
+
+def _live_groups_after_cases(info, cases):
+    """Every rank: measure_case on each composed case in turn; the live process groups (torch's
+    registry of them, the default group included) before the first case and after each."""
+    import torch.distributed as dist
+
+    from bench.distributed.comm import Comm
+    from bench.strategies.measure import measure_case
+
+    cfg = SimpleNamespace(check=1, warmup=0, steps=1, seed=0, profile=0)
+    live = [len(dist.distributed_c10d._world.pg_map)]
+    for case in cases:
+        measure_case(case, cfg, Comm(info))
+        live.append(len(dist.distributed_c10d._world.pg_map))
+    return live
+
+
+def test_each_composed_case_destroys_its_process_groups():
+    """Each composed case builds a DeviceMesh (a process group per mesh dimension slice); after N
+    cases as many groups live as before the first: the default group alone."""
+    pp_tp = CaseSpec(strategy="pp+tp", model="mlp-tiny", world=4, chunks=2, schedule="gpipe", batch=8, tp=2)
+    fsdp_tp = CaseSpec(strategy="fsdp+tp", model="mlp-tiny", world=4, batch=8, fsdp=2, tp=2)
+    res = spawn(_live_groups_after_cases, 4, [pp_tp, fsdp_tp, pp_tp], timeout_s=300.0)
+    assert res == {r: [1, 1, 1, 1] for r in range(4)}, res

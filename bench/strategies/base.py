@@ -13,6 +13,7 @@ None, raising BenchError for an impossible case). A Trainer owns its model, opti
 import gc
 import math
 import resource
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -324,6 +325,46 @@ def reference_check(trainer: Trainer, got_loss: float, got_grads: dict, batch=No
             wrong += 1
     return {"wrong": wrong, "max_abs_diff": worst, "ref_loss": ref_loss, "loss": got_loss,
             "checked_tensors": len(list(ref.parameters())) + 1, "missing": missing}
+
+
+def live_groups() -> list:
+    """The process groups this process belongs to, in the order they were created (torch's
+    registry: the default group and every new_group / split_group / DeviceMesh dimension)."""
+    return list(dist.distributed_c10d._world.pg_map)
+
+
+def destroy_groups_since(before) -> int:
+    """Destroy every process group created since `before` (live_groups() then), newest first;
+    returns how many. Every rank of a case calls it at the same point with the same groups (they
+    were created collectively, in one order), after its devices are synchronized: a DeviceMesh's
+    communicators (NCCL's buffers live outside the caching allocator) do not outlive the case."""
+    old = set(before)
+    mine = [g for g in live_groups() if g not in old]
+    if mine:
+        _forget_meshes()
+    for g in reversed(mine):
+        dist.destroy_process_group(g)
+    return len(mine)
+
+
+def _forget_meshes():
+    """Clear DTensor's sharding-propagation caches. They keep each op's output spec keyed by its
+    inputs' DeviceMesh, which compares equal by ranks, layout and dimension names, not by process
+    group: the next case's mesh over the same ranks would be a hit, and its DTensors would carry
+    the previous case's mesh, whose groups are destroyed ("Could not resolve the process group").
+    Nothing to do when DTensor was never imported."""
+    if "torch.distributed.tensor" not in sys.modules and "torch.distributed._tensor" not in sys.modules:
+        return
+    try:  # the Python cache and the C++ fast path's (torch 2.13: both)
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache  # lazy: DTensor only when a case used it
+    except ImportError:  # older torch (2.4): the Python cache is the only one
+        from torch.distributed._tensor.api import DTensor  # lazy: DTensor only when a case used it; torch < 2.6
+
+        cached = DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding  # a LocalLRUCache
+        clear = getattr(cached, "cache_clear", None) or cached.cache.cache_clear
+        clear()
+    else:
+        _clear_sharding_prop_cache()
 
 
 def no_check(spec: ModelSpec, case) -> str | None:

@@ -8,6 +8,7 @@ kept. Rank 0 turns them into the per-rank breakdown (bench.strategies.breakdown)
 bubble next to the textbook forms and the calibrated replay (bench.strategies.replay).
 """
 
+import gc
 import time
 
 import numpy as np
@@ -19,8 +20,8 @@ from bench.strategies.replay import balanced, exact_durations, replay
 from bench.strategies.schedules import get as get_schedule
 from bench.strategies.theory import gpipe_bubble, megatron_bubble
 from bench.strategies import REGISTRY
-from bench.strategies.base import (COMPUTE_KINDS, TOLERANCE, Ctx, kind_totals, peak_bytes, read_peak, reference_check,
-                                   release_cached, reset_peak)
+from bench.strategies.base import (COMPUTE_KINDS, TOLERANCE, Ctx, destroy_groups_since, kind_totals, live_groups,
+                                   peak_bytes, read_peak, reference_check, release_cached, reset_peak)
 from bench.strategies.config import CaseSpec
 from bench.strategies.pp import validate
 from bench.timing.profile import profile_steps, relative, trace_file
@@ -123,6 +124,7 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
               steps=cfg.warmup + cfg.steps + 1, chunks=case.chunks, schedule=case.schedule or "gpipe",
               checkpoint=case.checkpoint, balance=case.balance, bucket_cap_mb=case.bucket_cap_mb or 25.0,
               dims=case.dims if case.composed else None)
+    groups = live_groups()  # the case's own groups (a composed layout's DeviceMesh) are destroyed at its end
     trainer = REGISTRY.get(case.strategy).setup(ctx)
     chk = _check(trainer, info.rank) if cfg.check else None
     for _ in range(cfg.warmup):
@@ -141,8 +143,11 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
             "devices": trainer.devices, "comm_in_compute": trainer.comm_in_compute,
             "order": trainer.pipeline_order() if _pipelined(case) and info.rank == 0 else None,
             "params": param_count(build_model(spec, cfg.seed)) if info.rank == 0 else 0}
-    facts = comm.gather_object(mine)
+    trainer.sync()
+    facts = comm.gather_object(mine)  # on the default group: every rank is done with the case's groups
     del trainer
+    gc.collect()  # the trainer's modules, stages and schedule hold the groups
+    destroy_groups_since(groups)
     return {"facts": facts, "check": chk, "loss": loss, "trace": trace}
 
 
