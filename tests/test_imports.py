@@ -263,17 +263,19 @@ def test_import_show_compare_report(tool, file, tmp_path, capsys):
 
 
 def test_peer_ratios_match_on_the_case_and_size():
+    """Like with like (the same mode, too: issue 31 item 6, tests/test_peer_overlay.py)."""
     from bench.collectives.plots import peer_ratios
     own = pd.DataFrame({"collective": ["all_reduce"] * 2, "world": [8, 8], "dtype": ["float32"] * 2,
                         "placement": ["in-place"] * 2, "size_bytes": [1024, 2048], "_label": ["mine"] * 2,
-                        "_tool": ["distbench"] * 2, "mode": ["latency"] * 2, "busbw_gbps": [3.0, 8.0],
+                        "_tool": ["distbench"] * 2, "mode": ["nccl-tests"] * 2, "busbw_gbps": [3.0, 8.0],
                         "time_median_s": [1e-5, 2e-5]})
     peer = own.assign(_label="theirs", _tool="nccl-tests", mode="nccl-tests", busbw_gbps=[2.0, 10.0],
                       time_median_s=[2e-5, 1e-5])
     peer = pd.concat([peer, peer.iloc[:1].assign(world=4)], ignore_index=True)  # another world: not matched
     r = peer_ratios(own, peer)
     assert r[["size_bytes", "busbw_ratio", "time_ratio", "tool", "mode", "peer_mode"]].values.tolist() == [
-        [1024, 1.5, 0.5, "nccl-tests", "latency", "nccl-tests"], [2048, 0.8, 2.0, "nccl-tests", "latency", "nccl-tests"]]
+        [1024, 1.5, 0.5, "nccl-tests", "nccl-tests", "nccl-tests"],
+        [2048, 0.8, 2.0, "nccl-tests", "nccl-tests", "nccl-tests"]]
 
 
 def test_several_files_make_one_run_and_bad_out_is_one_line(tmp_path, capsys):

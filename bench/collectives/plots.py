@@ -10,6 +10,7 @@ import pandas as pd
 from bench.report.plots.common import (Section, finish_axes, legend, new_figure, save, size_axis, size_label,
                                        style)
 from bench.report.plots.data import Entry, lacking, num, series_keys, series_label, table, with_band
+from bench.results.fingerprint import of_run
 
 SMALL_BYTES = 64 * 1024  # "small sizes" of the latency plot: where alpha dominates on most fabrics
 _SERIES = ("world", "dtype", "placement", "mode", "op", "root", "algorithm")
@@ -142,7 +143,19 @@ def section(entries: list[Entry], out_dir: Path) -> Section:
 
 # ----------------------------------------------------------------------------- imported peers (nccl-tests, PARAM)
 
-_PEER_KEYS = ("collective", "world", "dtype", "placement", "size_bytes")
+_PEER_KEYS = ("collective", "world", "dtype", "placement", "size_bytes")  # the same case and size
+# ... measured by the same definition on the same machine: only then is a ratio a comparison. A
+# latency-mode row (one op per sample, max over ranks) against nccl-tests' back-to-back average
+# reads low by design; another GPU model, or the same one across nodes, measures something else.
+_DEFINITION = ("mode", "rank_reduce", "blocking", "op", "_machine")
+
+
+def machine_of(meta: dict) -> str:
+    """The machine a run measured, as the overlay pairs and names it: the device model (the GPU
+    model, or cpu and the CPU model) and the node count, from meta.json (bench.results.fingerprint)."""
+    fp = of_run(meta)
+    device = fp.device if fp.device != "cpu" else " ".join(filter(None, ["cpu", fp.cpu_model]))
+    return f"{device}, {fp.nodes} node(s)"
 
 
 def _peer_of(e: Entry) -> str:
@@ -152,33 +165,65 @@ def _peer_of(e: Entry) -> str:
 
 
 def _own_and_peers(entries: list[Entry]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(distbench rows, imported rows), each with _label and _tool; baselines left out."""
+    """(distbench rows, imported rows), each with _label, _tool and _machine; baselines left out."""
     own = [e for e in entries if not e.baseline and not _peer_of(e)]
     peers = [e for e in entries if not e.baseline and _peer_of(e)]
     tool = {e.label: _peer_of(e) for e in peers}
+    machine = {e.label: machine_of(e.run.meta) for e in own + peers}
 
     def frame(es):
         df = table(es, "results")
         if df.empty or "collective" not in df:
             return pd.DataFrame()
-        return df.assign(_tool=[tool.get(lab, "distbench") for lab in df["_label"]])
+        return df.assign(_tool=[tool.get(lab, "distbench") for lab in df["_label"]],
+                         _machine=[machine[lab] for lab in df["_label"]])
 
     return frame(own), frame(peers)
 
 
-def peer_ratios(own: pd.DataFrame, peers: pd.DataFrame) -> pd.DataFrame:
-    """Per size: distbench busbw / the imported tool's busbw, matched on collective, world, dtype,
-    placement and size (modes may differ: both columns are named). Empty when nothing matches."""
+def _norm(v) -> str:
+    """A definition value as compared: missing, '' and 'none' alike (an op of a collective without one)."""
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return ""
+    text = str(v).strip()
+    return "" if text.lower() == "none" else text
+
+
+def _candidates(own: pd.DataFrame, peers: pd.DataFrame) -> pd.DataFrame:
+    """Every (distbench row, imported row) of the same case and size, with both definitions
+    (`<column>` and `peer_<column>`) and `_why`: how they differ ('' when alike)."""
     if own.empty or peers.empty:
         return pd.DataFrame()
-    cols = [*_PEER_KEYS, "_label", "_tool", "mode", "busbw_gbps", "time_median_s"]
-    a = own[[c for c in cols if c in own]].rename(columns={"_label": "run", "mode": "mode", "busbw_gbps": "busbw_gbps",
-                                                           "time_median_s": "time_s"})
-    b = peers[[c for c in cols if c in peers]].rename(columns={"_label": "peer_run", "_tool": "tool", "mode": "peer_mode",
-                                                               "busbw_gbps": "peer_busbw_gbps", "time_median_s": "peer_time_s"})
-    a = a.drop(columns=["_tool"], errors="ignore")
+    cols = [*_PEER_KEYS, "_label", *_DEFINITION, "busbw_gbps", "time_median_s"]
+    a = own[[c for c in cols if c in own]].rename(columns={"_label": "run", "time_median_s": "time_s"})
+    b = peers[[c for c in [*cols, "_tool"] if c in peers]].rename(columns={
+        "_label": "peer_run", "_tool": "tool", "busbw_gbps": "peer_busbw_gbps", "time_median_s": "peer_time_s",
+        **{c: f"peer_{c}" for c in _DEFINITION}})
     m = a.merge(b, on=list(_PEER_KEYS), how="inner")
     m = m[(num(m, "size_bytes") > 0) & (num(m, "peer_busbw_gbps") > 0)]
+    if m.empty:
+        return pd.DataFrame()
+
+    def why(r) -> str:
+        out = []
+        for c in _DEFINITION:
+            mine, theirs = _norm(r.get(c)), _norm(r.get(f"peer_{c}"))
+            if mine != theirs:
+                out.append(f"{c.lstrip('_')} {mine or '-'} vs {theirs or '-'}")
+        return "; ".join(out)
+
+    return m.assign(_why=[why(r) for r in m.to_dict("records")]).rename(
+        columns={"_machine": "machine", "peer__machine": "peer_machine"})
+
+
+def peer_ratios(own: pd.DataFrame, peers: pd.DataFrame) -> pd.DataFrame:
+    """Per size: distbench busbw / the imported tool's busbw, where both measured the same case
+    (collective, world, dtype, placement, size) by the same definition (mode, rank_reduce,
+    blocking, op) on the same machine. Empty when nothing pairs."""
+    m = _candidates(own, peers)
+    if m.empty:
+        return pd.DataFrame()
+    m = m[m["_why"] == ""].drop(columns=["_why"])
     if m.empty:
         return pd.DataFrame()
     m = m.assign(busbw_ratio=num(m, "busbw_gbps") / num(m, "peer_busbw_gbps"),
@@ -186,8 +231,24 @@ def peer_ratios(own: pd.DataFrame, peers: pd.DataFrame) -> pd.DataFrame:
     return m.sort_values(["collective", "world", "placement", "run", "peer_run", "size_bytes"]).reset_index(drop=True)
 
 
+def peer_unpaired(own: pd.DataFrame, peers: pd.DataFrame) -> pd.DataFrame:
+    """The same case measured by another definition or on another machine: one row per (run,
+    peer run, collective, world, dtype, placement, why) with the sizes both measured; no ratio."""
+    m = _candidates(own, peers)
+    if m.empty:
+        return pd.DataFrame()
+    m = m[m["_why"] != ""]
+    if m.empty:
+        return pd.DataFrame()
+    keys = ["run", "peer_run", "tool", "collective", "world", "dtype", "placement", "_why"]
+    g = m.groupby(keys, sort=True, dropna=False)["size_bytes"].agg(sizes="count").reset_index()
+    return g.rename(columns={"_why": "why"})
+
+
 def _peer_section(sec: Section, entries: list[Entry], out_dir: Path):
-    """distbench's busbw over the imported tool's, per size (a plot per collective and a table)."""
+    """distbench's busbw over the imported tool's, per size, where like measured like (a plot per
+    collective and a table); the same cases measured otherwise drawn side by side without a ratio,
+    with why."""
     own, peers = _own_and_peers(entries)
     if peers.empty:
         return
@@ -195,14 +256,24 @@ def _peer_section(sec: Section, entries: list[Entry], out_dir: Path):
     if own.empty:
         sec.notes.append(f"Imported from {tools} only: no distbench run of this kind in the report to set beside it.")
         return
-    r = peer_ratios(own, peers)
-    if r.empty:
+    r, odd = peer_ratios(own, peers), peer_unpaired(own, peers)
+    if r.empty and odd.empty:
         sec.missing.append(f"no size matches between the distbench runs and the {tools} import(s) (same collective, "
                            "world, dtype, placement and size): no ratio")
         return
-    sec.notes.append(f"Ratio plots: distbench busbw / {tools} busbw at each size both measured (same collective, world, "
-                     "dtype, placement); > 1: distbench reports more bus bandwidth. Each tool defines its time its own "
-                     "way (the imported run's meta.json source.definitions; docs/schema.md).")
+    sec.notes.append(f"distbench vs {tools}: a ratio only like with like: the same collective, world, dtype, placement "
+                     "and size, measured by the same definition (mode, rank_reduce, blocking, op) on the same machine "
+                     "(device model and nodes). A latency-mode figure (one op per sample, max over ranks) set against "
+                     "nccl-tests' average of back-to-back ops would read low by design; for nccl-tests run "
+                     "`distbench collectives --mode nccl-tests`, for PARAM `--mode throughput --blocking 1` and its "
+                     "rank reduction. Each tool defines its time its own way (the imported run's meta.json "
+                     "source.definitions; docs/imports.md).")
+    if not odd.empty:
+        _unpaired_plots(sec, own, peers, odd, out_dir)
+    if r.empty:
+        return
+    sec.notes.append(f"Ratio plots: distbench busbw / {tools} busbw at each size both measured alike; > 1: distbench "
+                     "reports more bus bandwidth.")
     for coll, g in r.groupby("collective", sort=True):
         fig, axes = new_figure(height_in=3.6)
         ax = axes[0][0]
@@ -213,18 +284,46 @@ def _peer_section(sec: Section, entries: list[Entry], out_dir: Path):
         ax.axhline(1.0, color="0.3", linewidth=0.8)
         size_axis(ax, num(g, "size_bytes"))
         finish_axes(ax, "message size S (bytes, log2)", "busbw ratio (distbench / peer)",
-                    f"{coll}: distbench busbw / {tools} busbw per size")
+                    f"{coll}: distbench busbw / {tools} busbw per size (same definition and machine)")
         sec.images.append(save(fig, out_dir, f"collectives_{coll}_busbw_ratio_vs_peer", f"{coll}: busbw vs {tools}",
                                f"Line plot of the ratio of distbench's {coll} bus bandwidth to {tools}'s at each message "
-                               "size, with a reference line at 1."))
-    t = r[["collective", "world", "dtype", "placement", "size_bytes", "run", "mode", "busbw_gbps", "peer_run", "tool",
-           "peer_mode", "peer_busbw_gbps", "busbw_ratio", "time_ratio"]].copy()
-    for c in ("busbw_gbps", "peer_busbw_gbps"):
+                               "size both measured by the same definition on the same machine, with a reference line "
+                               "at 1."))
+    t = r[["collective", "world", "dtype", "placement", "size_bytes", "run", "mode", "rank_reduce", "busbw_gbps",
+           "peer_run", "tool", "peer_busbw_gbps", "busbw_ratio", "time_ratio", "machine"]].copy()
+    for c in ("busbw_gbps", "peer_busbw_gbps", "busbw_ratio", "time_ratio"):
         t[c] = num(t, c).round(3)
-    for c in ("busbw_ratio", "time_ratio"):
-        t[c] = num(t, c).round(3)
-    sec.tables.insert(0, (f"distbench vs {tools}, per size", t.to_html(index=False, escape=True, na_rep="-",
-                                                                       classes="data", border=0)))
+    sec.tables.insert(0, (f"distbench vs {tools}, per size (same definition and machine)",
+                          t.to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
+
+
+def _unpaired_plots(sec: Section, own: pd.DataFrame, peers: pd.DataFrame, odd: pd.DataFrame, out_dir: Path):
+    """The cases both measured, but not alike: each side's busbw against size, no ratio, the
+    difference in the title; and a table of them."""
+    for coll, g in odd.groupby("collective", sort=True):
+        fig, axes = new_figure(height_in=3.6)
+        ax = axes[0][0]
+        whys = sorted(set(g["why"]))
+        for i, (run, peer_run) in enumerate(sorted({(a, b) for a, b in zip(g["run"], g["peer_run"])})):
+            for j, (df, lab, dash) in enumerate(((own, run, "-"), (peers, peer_run, "--"))):
+                s = df[(df["_label"] == lab) & (df["collective"] == coll)]
+                for k, (key, c) in enumerate(s.groupby(["world", "placement", "mode"], sort=True)):
+                    c = c.sort_values("size_bytes")
+                    st = style(2 * i + j)
+                    st.update(linestyle=dash)
+                    ax.plot(num(c, "size_bytes"), num(c, "busbw_gbps"),
+                            label=f"{lab} ({key[2]}, {key[1]}, w{key[0]})", **st)
+        size_axis(ax, num(pd.concat([own[own["collective"] == coll], peers[peers["collective"] == coll]]),
+                          "size_bytes"))
+        finish_axes(ax, "message size S (bytes, log2)", "busbw (GB/s)",
+                    f"{coll}: busbw side by side, no ratio: " + " | ".join(whys))
+        sec.images.append(save(fig, out_dir, f"collectives_{coll}_busbw_vs_peer_unpaired",
+                               f"{coll}: busbw beside the imported run's (no ratio)",
+                               f"Line plot of distbench's and the imported tool's {coll} bus bandwidth against message "
+                               f"size (imported dashed), without a ratio: no ratio: {' | '.join(whys)}."))
+    tools = ", ".join(sorted(set(odd["tool"])))
+    sec.tables.insert(0, (f"distbench vs {tools}: not compared (different definitions or machines)",
+                          odd.to_html(index=False, escape=True, na_rep="-", classes="data", border=0)))
 
 
 def _peak(df: pd.DataFrame) -> pd.DataFrame:
@@ -276,6 +375,7 @@ def headline(entries: list[Entry], out_dir: Path) -> Section:
                                + ("; imported tools' curves dashed" if not peers.empty else "")))
     pk_own = _peak(own) if not own.empty else _peak(both.iloc[:0])
     pk_peer = _peak(peers) if not peers.empty else None
+    alike = peer_ratios(own, peers)
     rows = []
     several = not own.empty and own["_label"].nunique() > 1
     for r in (pk_own if len(pk_own) else _peak(peers)).to_dict("records"):
@@ -284,13 +384,15 @@ def headline(entries: list[Entry], out_dir: Path) -> Section:
         if several:
             row = {"run": r["_label"], **row}
         if pk_peer is not None and len(pk_own):
-            p = pk_peer[(pk_peer["collective"] == r["collective"]) & (pk_peer["world"] == r["world"])]
+            # of peer: over the sizes measured alike only (same definition and machine: peer_ratios)
+            p = alike[(alike["collective"] == r["collective"]) & (alike["world"] == r["world"])
+                      & (alike["run"] == r["_label"])] if len(alike) else alike
             if len(p):
-                best = p.loc[p["peak_busbw_gbps"].astype(float).idxmax()]
-                row["peer peak"] = f"{best['peak_busbw_gbps']:.3g} ({best['_tool']})"
-                row["of peer"] = f"{100 * r['peak_busbw_gbps'] / best['peak_busbw_gbps']:.3g}%"
+                best = p.loc[pd.to_numeric(p["peer_busbw_gbps"]).idxmax()]
+                row["peer peak"] = f"{best['peer_busbw_gbps']:.3g} ({best['tool']})"
+                row["of peer"] = f"{100 * num(p, 'busbw_gbps').max() / best['peer_busbw_gbps']:.3g}%"
             else:
-                row["peer peak"], row["of peer"] = "-", "-"
+                row["peer peak"], row["of peer"] = "-", "- (no peer row of the same definition and machine)"
         rows.append(row)
     if rows:
         sec.tables.append(("peak busbw per collective", pd.DataFrame(rows).to_html(
