@@ -149,12 +149,15 @@ def test_blank_redop_rows_map_by_column(tmp_path):
     assert "the rows leave redop blank under its header: read as none / -1" in p.notes
 
 
-def test_numeric_error_column_flags_by_nccl_tests_rule(tmp_path):
+def test_numeric_error_column_flags_by_nccl_tests_rule(tmp_path, capsys):
     """Before 2.13 a size is out of bounds when error > DeltaMaxValue(float) 1e-5 x (ranks - 1)."""
     text = log("all_reduce", wrong="error", wrong_text="2e-07")
     lines = text.splitlines()
     lines[-4] = lines[-4].replace("  2e-07", "  1e+00")  # both placements of the largest size
     (p,) = read(tmp_path, "\n".join(lines))
+    assert main(["import", "nccl-tests", str(tmp_path / "out.txt"), "--out", str(tmp_path / "res")]) == 0
+    assert main(["show", capsys.readouterr().out.strip().rsplit(": ", 1)[1]]) == 0
+    assert "Wrong elements: 0 FAILED, 2 rows wrong by the tool's own check" in capsys.readouterr().out
     bad = {(r["size_bytes"], r["placement"]) for r in p.rows if r["degraded"]}
     assert bad == {(1 << 26, "out-of-place"), (1 << 26, "in-place")}
     assert {r["max_error"] for r in p.rows} == {2e-07, 1.0} and {r["wrong"] for r in p.rows} == {None}

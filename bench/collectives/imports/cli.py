@@ -50,5 +50,5 @@ def cmd_import(args) -> int:
     for p in parsed:
         for n in p.notes:
             print(f"distbench: note: {p.file}: {n}", file=sys.stderr)
-    print(f"# imported {rows} row(s) from {len(parsed)} {mod.TOOL} file(s): {path}")
+    print(f"# imported {rows} row(s) of {len(parsed)} run(s) from {len(args.files)} {mod.TOOL} file(s): {path}")
     return 0
