@@ -16,7 +16,12 @@ Formats, from NVIDIA/nccl-tests at a0b82b2 (NCCL_TESTS_VERSION 2.19.6):
   complete result objects are kept.
 Older versions (before 2.13, 2022): no root column for most collectives, and `error` (the largest
 deviation from the expected value, a float) where #wrong is now: it is not a count, so `wrong`
-stays null and the file's note says so. No `# nccl-tests version` line before 2.13 either.
+stays null, `max_error` holds it and the file's note says so. No `# nccl-tests version` line
+before 2.13 either. Logs as people publish them (docs/imports.md lists each variant): launcher
+prefixes, the program echoed after a shell prompt or not at all (then inferred from the table,
+bench.collectives.imports.infer), several runs in one file, columns left blank (rows are mapped
+to header columns by position: nccl-tests right-aligns each value under its label), size-0 rows,
+rccl-tests, and runs that aborted (their failure line is the error).
 
 What the columns mean (doc/PERFORMANCE.md): time = the average time of one op over the timed
 iterations (host timer around `iters` ops launched back to back, one synchronisation), averaged
@@ -55,7 +60,10 @@ DEFINITIONS = {
     "bus_factor": "busbw / algbw of the tool's own numbers",
     "wrong": "nccl-tests #wrong: wrong elements summed over ranks (null with -c 0, 'N/A', and for older versions "
              "whose 'error' column is the largest deviation, not a count)",
-    "size_bytes": "nccl-tests size (B): S, the total array bytes", "count": "nccl-tests count (elements)",
+    "max_error": "nccl-tests before 2.13: its 'error' column, the largest deviation from the expected value over "
+                 "ranks, as printed (%5.0le); a row above nccl-tests' tolerance (DeltaMaxValue(type) x (ranks - 1)) "
+                 "is degraded 'wrong results'",
+    "size_bytes": "nccl-tests size (B): S, max(send, receive bytes)", "count": "nccl-tests count (elements per call)",
     "iters": "iters x agg iters of the header", "mode": "nccl-tests", "rank_reduce": "from -a (default avg)",
 }
 
