@@ -125,10 +125,14 @@ def test_layout_memory_formula():
     spec = get_spec("mlp-small")
     f = Footprint(spec, 32, 8)
     d = ParallelDims(world=8, pp=2, dp_replicate=2, tp=2)
-    # states / (pp tp) + a replica's gradient buckets 4 B P / (pp tp) + A(32 / 2) / (pp tp)
-    assert layout_memory(f, d) == f.states / 4 + 4 * f.params / 4 + f.acts(16) / 4
-    s = ParallelDims(world=8, pp=2, dp_shard=2, tp=2)
-    assert layout_memory(f, s) == f.states / 8 + f.acts(16) / 4
+    # per stage (4 blocks: Colwise, Rowwise, Colwise, Rowwise) and TP rank: 2 x ((w^2 + w) / 2 + w^2 / 2 + w)
+    # parameters; stage 0 (the most loaded) also keeps the input: A = 16 samples x (4 w x 2 / tp + w) floats
+    w = 256
+    params = 2 * ((w * w + w) // 2 + w * w // 2 + w)
+    acts = 16 * (4 * w * 2 // 2 + w) * 4
+    assert layout_memory(f, d) == params * 8 + 4 * params + acts  # states, a replica's gradient buckets, A
+    s = ParallelDims(world=8, pp=2, dp_shard=2, tp=2)  # states / fsdp + one piece (the Rowwise one) gathered
+    assert layout_memory(f, s) == params * 8 // 2 + 8 * (w * w // 2 + w) + acts
     case = CaseSpec(strategy="pp", model="mlp-small", world=8, chunks=2, schedule="gpipe", batch=32, tp=2, dp=2)
     assert case_bytes(case, check=False) == int(-(-layout_memory(f, d) // 1))
 

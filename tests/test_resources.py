@@ -16,7 +16,8 @@ from bench.allreduce.base import Algorithm
 from bench.collectives import memory as CM
 from bench.kind import KINDS
 from bench.strategies import REGISTRY as STRATEGIES, footprint as FP
-from bench.pipeline.config import PipelineConfig
+from bench.pipeline.config import PipelineConfig, expand_pipeline
+from bench.strategies.config import CaseSpec
 from bench.strategies.config import StrategiesConfig
 from bench.workloads.models import PRESETS, build_model
 
@@ -253,3 +254,77 @@ def test_ring_scratch_with_one_chunk_per_segment():
     assert ring.scratch_bytes(64 * 2**20, 8, 0) == 4 * 8 * 2**20
     assert ring.scratch_bytes(64 * 2**20, 2, 0) == 64 * 2**20  # never more than S
     assert ring.scratch_bytes(64 * 2**20, 8, 2**20) == 4 * 2**20
+
+
+# ---- per stage and per rank (issue 31 item 7) ----------------------------------------------------
+
+GPT124M = (768, 1024, 50304)  # width, seq, vocab
+
+
+def _gpt124m_pp4_tp2_batch8() -> list[int]:
+    """Per-rank bytes of gpt-124m at pp4 x tp2, batch 8, no check (the formula of the test below)."""
+    w, seq, vocab = GPT124M
+    block = (12 * w * w + 7 * w) // 2 + 6 * w
+    blocks_acts = 3 * seq * w * 20 // 2  # floats per sample
+    stage = [(vocab + seq) * w + 3 * block, 3 * block, 3 * block, 3 * block + 2 * w + w * vocab]
+    acts = [blocks_acts, blocks_acts, blocks_acts, blocks_acts + seq * vocab * 3]
+    return [stage[q] * 8 + 8 * acts[q] * 4 for q in range(4) for _ in range(2)]  # params + grads (SGD), 4 B floats
+
+
+def test_composed_layout_is_counted_per_stage_and_rank():
+    """gpt-124m at pp4 x tp2, batch 8, GPipe: 3 blocks per stage, the embedding on stage 0 and the
+    head on stage 3, each replicated on both TP ranks (the TP plan shards the blocks' q, k, v, out,
+    up, down: 12 w^2 + 7 w of a block's 12 w^2 + 13 w parameters). Activations per sample: a
+    block's w x seq x 20 floats split over TP, the head's vocab x seq x 3 floats on the last stage
+    on every TP rank. The last stage needs ~4x the old pp x tp split of the whole model."""
+    from bench.strategies.memory import rank_bytes
+
+    w, seq, vocab = GPT124M
+    want = _gpt124m_pp4_tp2_batch8()
+    case = CaseSpec(strategy="pp", model="gpt-124m", world=8, chunks=2, schedule="gpipe", batch=8, tp=2)
+    assert rank_bytes(case, check=False) == want
+    p = FP.model_params(PRESETS["gpt-124m"])
+    check = 12 * p + 8 * seq * (w * 12 * 20 + vocab * 3) * 4  # the reference on rank 0: model, grads, gathered grads, A(8)
+    assert rank_bytes(case, check=True) == [want[0] + check, *want[1:]]
+    old = FP.Footprint(PRESETS["gpt-124m"], 8, 8)
+    old_estimate = old.states / 8 + old.acts(8) / 8  # what preflight counted: everything / (pp x tp)
+    assert 3.9 < want[7] / old_estimate < 4.1
+
+
+def test_fsdp_inside_a_stage_counts_one_gathered_piece():
+    """gpt-small at pp2 x fsdp2, batch 8: each rank holds half its stage's parameters, gradients
+    (8 B each, SGD), plus the largest piece of its stage gathered whole with its gradient (8 B
+    per parameter): the embedding on stage 0, the head on stage 1; activations of batch / dp."""
+    from bench.strategies.memory import rank_bytes
+
+    w, seq, vocab = 128, 64, 512
+    block = 12 * w * w + 13 * w
+    embed, head = (vocab + seq) * w, 2 * w + w * vocab
+    stage = [embed + 2 * block, 2 * block + head]
+    biggest = [max(embed, block), max(block, head)]
+    acts = [4 * 2 * seq * w * 20, 4 * (2 * seq * w * 20 + seq * vocab * 3)]  # 4 samples per data-parallel pipeline
+    want = [stage[q] * 8 // 2 + 8 * biggest[q] + acts[q] * 4 for q in range(2) for _ in range(2)]
+    case = CaseSpec(strategy="pp", model="gpt-small", world=4, chunks=2, schedule="gpipe", batch=8, fsdp=2)
+    assert rank_bytes(case, check=False) == want
+
+
+def test_interleaved_ranks_hold_two_stages():
+    """mlp-small (8 blocks of w^2 + w) at pp2, interleaved: rank 0 holds stages 0 and 2, rank 1
+    stages 1 and 3, two blocks each; the input (w floats per sample) is stage 0's."""
+    from bench.strategies.memory import rank_bytes
+
+    w = 256
+    case = CaseSpec(strategy="pp", model="mlp-small", world=2, chunks=2, schedule="interleaved", batch=8)
+    per = 4 * (w * w + w) * 8  # 4 blocks' parameters and gradients
+    assert rank_bytes(case, check=False) == [per + 8 * (4 * w * 2 + w) * 4, per + 8 * 4 * w * 2 * 4]
+
+
+def test_preflight_refuses_what_the_last_stage_cannot_hold():
+    """A GPU that held the old estimate of gpt-124m at pp4 x tp2 does not hold the last stage: the
+    refusal names the case and the rank."""
+    cfg = PipelineConfig(model="gpt-124m", stages=(4,), tp=2, batch=8, chunks=(2,), schedules=("gpipe",), check=0)
+    need = _gpt124m_pp4_tp2_batch8()
+    free = (need[0] + need[7]) // 2
+    with pytest.raises(BenchError, match=r"needs .* per rank.*rank 6 \(stage 3\)|rank 6 \(stage 3\).*needs"):
+        R.check_sweep(KINDS.get("pipeline"), cfg, 8, device="cuda:0", free=free, ranks_on_host=1,
+                      overhead_per_rank=0, where="cuda:0")

@@ -378,6 +378,9 @@ class Strategy:
     single_process: bool  # runs in one process at world 1 (dp, layer)
     setup: Callable[[Ctx], "Trainer"]
     memory: Callable[[Footprint], float]  # per-rank peak bytes of a case (bench.strategies.footprint)
+    # every rank's bytes (rank order) on the case's mesh, where ranks differ (pipeline stages, TP):
+    # (Footprint, ParallelDims, check) -> bytes, the reference check on rank 0; None: every rank needs memory(f)
+    ranks: Callable[..., list[int]] | None = None
     dims: Callable[[int], ParallelDims] = lambda world: ParallelDims(world=world, dp_replicate=world)
     composed: bool = False  # a layout of several parallelisms (bench.strategies.layout.LAYOUTS)
     min_world: int = 2  # the smallest world it runs at (single-process strategies: 1)

@@ -9,7 +9,7 @@ world (layout_dims); the `pipeline` kind takes any degrees (--stages, --tp, --dp
 from bench.strategies import pp
 from bench.strategies.base import REGISTRY, Ctx, Strategy, mean_loss_all_ranks
 from bench.strategies.ddp import DataParallelTrainer
-from bench.strategies.footprint import layout_memory
+from bench.strategies.footprint import layout_memory, layout_ranks
 from bench.strategies.layout import LAYOUTS, check_dims, describe, global_batch, layout_dims, minimum_world, parallelize
 from bench.workloads import Batches, build_model
 
@@ -68,7 +68,7 @@ def _register(name: str) -> Strategy:
         name=name, doc=doc, single_process=False, setup=pp.setup if uses_pp else setup_dp_tp,
         memory=lambda f, _n=name: layout_memory(f, layout_dims(_n, f.world)) if f.world >= minimum_world(_n)
         else layout_memory(f, layout_dims(_n, minimum_world(_n))),
-        dims=dims, check=check, composed=True, min_world=minimum_world(name)))
+        ranks=layout_ranks, dims=dims, check=check, composed=True, min_world=minimum_world(name)))
 
 
 STRATEGIES = {name: _register(name) for name in LAYOUTS}

@@ -7,25 +7,56 @@ import math
 
 from bench.kind import Memory
 from bench.strategies import REGISTRY
-from bench.strategies.footprint import Footprint, layout_memory
+from bench.strategies.footprint import Footprint, layout_ranks
+from bench.strategies.schedules import get as get_schedule
 from bench.workloads.models import get_spec
 
 
+def footprint(case) -> Footprint:
+    """The case's pieces, with the stages each pipeline rank holds (its schedule's placement) and
+    the balance."""
+    p = case.dims.pp
+    sch = get_schedule(case.schedule or "gpipe")
+    return Footprint(get_spec(case.model), case.batch, case.world,
+                     stage_ids=tuple(tuple(sch.stage_ids(q, p)) for q in range(p)), balance=tuple(case.balance))
+
+
+def rank_bytes(case, check: bool = True) -> list[int]:
+    """Peak bytes of every rank of one training case (strategies CaseSpec), rank order: per stage
+    and per TP / FSDP rank where the ranks differ (Strategy.ranks; a composed case's own degrees),
+    else each rank the strategy's memory; the single-process reference charged to rank 0, which
+    runs it."""
+    f, s = footprint(case), REGISTRY.get(case.strategy)
+    if case.composed or s.ranks is not None:
+        return layout_ranks(f, case.dims, check)
+    own = int(math.ceil(s.memory(f)))
+    return [own + (int(math.ceil(f.check_bytes())) if check and r == 0 else 0) for r in range(case.world)]
+
+
 def case_bytes(case, check: bool = True) -> int:
-    """Per-rank peak bytes of one training case (strategies CaseSpec)."""
-    f = Footprint(get_spec(case.model), case.batch, case.world)
-    own = layout_memory(f, case.dims) if case.composed else REGISTRY.get(case.strategy).memory(f)
-    need = own + (f.check_bytes() if check else 0)
-    return int(math.ceil(need))
+    """Peak bytes of the most loaded rank of one training case."""
+    return max(rank_bytes(case, check))
+
+
+def _rank_label(case, per: list[int]) -> str:
+    """'', or ', rank 6 (stage 3)' when the ranks differ: the one that needs the most."""
+    if len(set(per)) < 2:
+        return ""
+    r = per.index(max(per))
+    dims = case.dims
+    stages = footprint(case).stage_ids[dims.coords(r)["pp"]]
+    where = f" (stage{'s' if len(stages) > 1 else ''} {'+'.join(map(str, stages))})" if dims.pp > 1 else ""
+    return f", rank {r}{where}"
 
 
 def training_bytes_per_rank(cases, check: bool = True) -> tuple[int, str]:
-    """(bytes, label) of the case that needs the most, over strategies CaseSpecs (one world)."""
+    """(bytes, label) of the rank that needs the most over strategies CaseSpecs (one world): its
+    case, and the rank where the ranks differ."""
     best, label = 0, "nothing"
     for c in cases:
-        b = case_bytes(c, check)
-        if b > best:
-            best, label = b, f"{c.strategy} on {c.model}, batch {c.batch}, world {c.world}"
+        per = rank_bytes(c, check)
+        if max(per) > best:
+            best, label = max(per), f"{c.strategy} on {c.model}, batch {c.batch}, world {c.world}{_rank_label(c, per)}"
     return best, label
 
 

@@ -29,7 +29,7 @@ from bench.strategies.dims import SHORT, ParallelDims
 from bench.strategies.layout import check_dims, full_grads, global_batch, parallelize
 from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
-from bench.strategies.footprint import sharded
+from bench.strategies.footprint import layout_ranks, pipeline_memory
 
 SCHEDULES = scheds.SCHEDULES
 CHECKPOINTS = ("always", "except_last", "never")
@@ -310,5 +310,5 @@ def check(spec, case) -> str | None:
     return None
 
 
-STRATEGY = REGISTRY.register(Strategy(name="pp", doc=__doc__, memory=sharded, single_process=False, setup=setup, check=check,
+STRATEGY = REGISTRY.register(Strategy(name="pp", doc=__doc__, memory=pipeline_memory, ranks=layout_ranks, single_process=False, setup=setup, check=check,
                                       dims=lambda world: ParallelDims(world=world, pp=world)))

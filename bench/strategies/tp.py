@@ -13,7 +13,7 @@ from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
 from bench.strategies.dims import ParallelDims
 from bench.workloads import Batches, build_model
 from bench.workloads.models import ModelSpec
-from bench.strategies.footprint import sharded
+from bench.strategies.footprint import layout_ranks, tp_memory
 
 
 
@@ -72,5 +72,5 @@ def check(spec: ModelSpec, case) -> None:
     validate(spec, STRATEGY.dims(case.world).tp)
 
 
-STRATEGY = REGISTRY.register(Strategy(name="tp", doc=__doc__, memory=sharded, single_process=False, setup=setup, check=check,
+STRATEGY = REGISTRY.register(Strategy(name="tp", doc=__doc__, memory=tp_memory, ranks=layout_ranks, single_process=False, setup=setup, check=check,
                                       dims=lambda world: ParallelDims(world=world, tp=world)))
