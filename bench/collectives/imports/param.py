@@ -144,6 +144,16 @@ def parse(path, collective: str | None = None, world: int | None = None) -> Pars
                        f"--f {args_m.group(4)} --z {args_m.group(5)}"
                        + (f" --collective {collective}" if collective else "") + "  (reconstructed from the log)")
     out.version = ""
+    _rows(out, data, path, collective, dtype_arg, blocking)
+    if not out.rows:
+        raise BenchError(f"'{path}': no rows of collective '{collective}' (the log's rows name "
+                         f"{', '.join(sorted({h for _, h, _, _ in data}))})")
+    out.notes += [f"left out: {s}" for s in sorted(skipped)]
+    return out
+
+
+def _rows(out: Parsed, data: list, path: str, collective: str | None, dtype_arg: str | None, blocking: bool):
+    """The COMMS-RES rows -> out.rows (a cut-off last row is noted and left out)."""
     for i, (no, head, vals, labs) in enumerate(data):
         name_dtype = head[len("COMMS-RES"):].lstrip("-")
         if name_dtype:  # COMMS-RES-<collective>-<dtype>[-<tag>]
@@ -183,8 +193,3 @@ def parse(path, collective: str | None = None, world: int | None = None) -> Pars
             ("broadcast", "reduce", "gather", "scatter") else -1, placement="out-of-place", world=out.world,
             mode="throughput", rank_reduce="median", blocking=blocking, time_s=f["p50"] * 1e-6,
             algbw_gbps=f.get("algbw"), busbw_gbps=f.get("busbw"), wrong=None, extra=extra))
-    if not out.rows:
-        raise BenchError(f"'{path}': no rows of collective '{collective}' (the log's rows name "
-                         f"{', '.join(sorted({h for _, h, _, _ in data}))})")
-    out.notes += [f"left out: {s}" for s in sorted(skipped)]
-    return out
