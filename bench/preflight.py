@@ -8,9 +8,12 @@ needs how much, what is there, and what would fit. A soft problem returns a warn
 The memory a launch needs is the kind's answer (Kind.memory: bench/<kind>/memory.py), built from
 what each unit says of itself: a collective its buffers (Collective.buff_numel, nccl-tests'
 getBuffSize), an algorithm its scratch (Algorithm.scratch_bytes), a strategy its parameters,
-gradients, optimizer state and activations (Strategy.memory). Preflight only compares it with
-what is free; it knows no kind and no unit by name. The estimates are meant to refuse a sweep
-that cannot fit, not to predict RSS.
+gradients, optimizer state and activations (Strategy.memory; per stage and per rank where ranks
+differ, Strategy.ranks: the answer is the most loaded rank's, named in the label, with the
+reference check charged to rank 0 that runs it). Preflight only compares it with what is free;
+it knows no kind and no unit by name. A CUDA rank (or the GPU with the least free memory) is
+compared with that one rank's need; ranks sharing a host are charged ranks x it, an over-count
+where ranks differ. The estimates are meant to refuse a sweep that cannot fit, not to predict RSS.
 Each rank also pays a fixed cost (the torch runtime, the CUDA context): RANK_OVERHEAD_BYTES.
 """
 
