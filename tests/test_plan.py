@@ -277,8 +277,23 @@ from bench.cli import main  # noqa: E402
 from bench.pipeline.plan_cli import sweeps  # noqa: E402
 
 
-def stored(tmp_path, name, observations):
-    """A run directory as distbench pipeline writes it (the columns the planner reads)."""
+def machine_meta(device: str = "cpu", nodes: int = 1, world: int = 2) -> dict:
+    """meta.json `launches` of a run on `device` ("cpu": 2 cores of an AMD EPYC 7B13, gloo; else
+    that GPU model with nccl, one per rank) over `nodes` nodes."""
+    cpu = device == "cpu"
+    ranks = [{"rank": r, "host": f"n{r * nodes // world}", "device": "cpu" if cpu else f"cuda:{r}", "cores": 2,
+              "cpu_model": "AMD EPYC 7B13", "gpus": [] if cpu else [{"index": r, "name": device, "uuid": f"GPU-{r}"}]}
+             for r in range(world)]
+    return {"launches": {str(world): {"world": world, "backend": "gloo" if cpu else "nccl", "nodes": nodes,
+                                      "ranks": ranks}}}
+
+
+CPU_BOX = "cpu AMD EPYC 7B13 (2 cores), gloo, 1 node(s)"
+
+
+def stored(tmp_path, name, observations, machine: dict | None = None):
+    """A run directory as distbench pipeline writes it (the columns the planner reads); meta.json
+    records the machine (machine_meta(), 2 CPU cores by default)."""
     d = tmp_path / name
     d.mkdir()
     rows, ranks = [], []
@@ -295,7 +310,8 @@ def stored(tmp_path, name, observations):
                   for r, b in o.peak_bytes.items() for k in range(o.dp)]
     pd.DataFrame(rows).to_parquet(d / "results.parquet")
     pd.DataFrame(ranks).to_parquet(d / "strategy_ranks.parquet")
-    (d / "meta.json").write_text(json.dumps({"run_id": name, "kind": "pipeline", "suite": "pipeline"}))
+    (d / "meta.json").write_text(json.dumps({"run_id": name, "kind": "pipeline", "suite": "pipeline",
+                                             **(machine if machine is not None else machine_meta())}))
     return d
 
 
@@ -304,7 +320,8 @@ def test_plan_recommends_from_stored_runs_and_says_they_are_predictions(tmp_path
     assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "1,2,4,8", "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("PREDICTIONS of the pipeline model")
-    assert "calibrated on 6 case(s) of 1 run(s), model mlp-pipe; overhead per action pp2 1f1b 50 us, pp2 gpipe 50 us" in out
+    assert (f"calibrated on 6 case(s) of 1 run(s) on {CPU_BOX}, model mlp-pipe; overhead per action pp2 1f1b 50 us, "
+            "pp2 gpipe 50 us") in out
     assert len([ln for ln in out.splitlines() if ln[:2].strip().isdigit()]) == 3
     assert "not a candidate: pp2 1f1b m=1: needs chunks >= stages" in out
 
@@ -373,16 +390,21 @@ def test_validate_without_runs_measures_the_held_out_suite_first(tmp_path, capsy
     assert "step time MAPE 0.0%" in out
 
 
-def test_validation_is_stored_in_the_run_and_drawn_in_its_report(tmp_path, capsys):
+def test_validation_is_stored_in_a_run_of_its_own_and_drawn_beside_the_run(tmp_path, capsys):
     cal = stored(tmp_path, "cal", CAL)
-    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    (tmp_path / "results" / "pipeline").mkdir(parents=True)
+    held = stored(tmp_path / "results" / "pipeline", "held",
+                  [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
     assert main(["plan", str(cal), "--validate", str(held)]) == 0
-    got = pd.read_parquet(held / "plan_predictions.parquet")
+    (mine,) = (tmp_path / "results" / "plan").iterdir()  # no --out: beside the validation run, results/plan/
+    assert f"predictions stored in {mine} (a run of their own" in capsys.readouterr().out
+    assert not (held / "plan_predictions.parquet").exists()
+    got = pd.read_parquet(mine / "plan_predictions.parquet")
     assert got["role"].tolist()[0] == "validation" and got["case_id"].tolist()[0] == "1f1b.m4"
     rec = got[got["role"] == "recommended"]
     assert rec["rank"].tolist() == list(range(1, len(rec) + 1)) and rec["why"].iloc[0].startswith("why pp2")
     assert set(got["calibration_runs"]) == {"cal"}
-    assert main(["report", str(held), "-o", str(tmp_path / "rep")]) == 0
+    assert main(["report", str(held), str(mine), "-o", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "pipeline_plan_predicted_vs_measured.png").exists()
     html = (tmp_path / "rep" / "index.html").read_text()
     assert "planner recommendation (model predictions, best first)" in html
@@ -491,7 +513,7 @@ def test_calibrate_measures_the_calibration_first_and_pools_its_launches(tmp_pat
                  "--schedules", "gpipe,1f1b", "--chunks", "2,4,8"]) == 0
     assert len(calls) == 2 and calls[0][2:5] == ["bench", "pipeline", "--suite"]
     assert calls[0][5].endswith("plan-calibrate.toml") and calls[0][-4:-2] == ["--model", "mlp-pipe"]
-    assert "calibrated on 12 case(s) of 2 run(s), model mlp-pipe" in capsys.readouterr().out
+    assert f"calibrated on 12 case(s) of 2 run(s) on {CPU_BOX}, model mlp-pipe" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -536,11 +558,12 @@ def test_plan_ranks_checkpoint_modes_under_a_memory_limit(tmp_path, capsys):
 def test_a_checkpoint_mode_is_validated_against_its_own_runs(tmp_path, capsys):
     cal = stored_ckpt(tmp_path, "cal", CAL + CAL_CKPT)
     held = stored_ckpt(tmp_path, "held", [pl.Observation(**{**observe_ckpt("1f1b", 4).__dict__, "run_id": "held"})])
-    assert main(["plan", str(cal), "--validate", str(held), "--format", "json"]) == 0
+    assert main(["plan", str(cal), "--validate", str(held), "--format", "json", "--out", str(tmp_path / "out")]) == 0
     got = json.loads(capsys.readouterr().out)
     assert [c["checkpoint"] for c in got["cases"]] == ["always"]
     assert got["step_mape_pct"] == pytest.approx(0.0, abs=1e-3) and got["peak_mape_pct"] == pytest.approx(0.0, abs=1e-3)
-    assert set(pd.read_parquet(held / "plan_predictions.parquet")["checkpoint"].dropna()) == {"always"}
+    stored_rows = pd.read_parquet(Path(got["predictions_dir"]) / "plan_predictions.parquet")
+    assert set(stored_rows["checkpoint"].dropna()) == {"always"}
 
 
 @pytest.mark.parametrize("mode, message", [
@@ -562,13 +585,14 @@ def test_why_states_the_checkpoint_trade_off(tmp_path, capsys):
     assert "checkpoint never: " in line and "x the throughput, peak 124 MiB against 121 MiB" in line
 
 
-def stored_sendrecv(tmp_path, name, alpha=30e-6, beta=2e9):
+def stored_sendrecv(tmp_path, name, alpha=30e-6, beta=2e9, machine: dict | None = None):
     d = tmp_path / name
     d.mkdir()
     sizes = [2**k for k in range(10, 27, 2)]
     pd.DataFrame([{"run_id": name, "case_id": f"sendrecv@{n}", "collective": "sendrecv", "size_bytes": n,
                    "time_median_s": alpha + n / beta} for n in sizes]).to_parquet(d / "results.parquet")
-    (d / "meta.json").write_text(json.dumps({"run_id": name, "kind": "collectives", "suite": "p2p"}))
+    (d / "meta.json").write_text(json.dumps({"run_id": name, "kind": "collectives", "suite": "p2p",
+                                             **(machine if machine is not None else machine_meta())}))
     return d
 
 
@@ -721,3 +745,111 @@ def test_layouts_measured_at_one_world_make_a_sweep_of_their_own():
     w = got["world 4 (every run)"]
     assert (w["picked"], w["best"], w["layout"]) == ("pp2 dp2", "pp4", "2 layouts")
     assert w["shortfall"] == pytest.approx(1 - (1024 / 1.1) / (1024 / 1.0))
+
+
+# --- issue 31 item 5: the machine of every calibration, validation and prediction ---------------
+
+import re  # noqa: E402
+
+H100 = "NVIDIA H100 80GB HBM3"
+GPU_BOX = f"{H100}, nccl, 1 node(s)"
+
+
+def test_calibration_cases_of_two_machines_are_refused():
+    gpu = [pl.Observation(**{**o.__dict__, "machine": GPU_BOX, "run_id": "gpu"}) for o in CAL[:3]]
+    cpu = [pl.Observation(**{**o.__dict__, "machine": CPU_BOX}) for o in CAL[3:]]
+    with pytest.raises(BenchError, match=re.escape(f"calibration runs were measured on different machines: "
+                                                   f"{GPU_BOX} (gpu); {CPU_BOX} (cal); calibrate on runs of one machine")):
+        pl.fit(gpu + cpu, order_of)
+    assert pl.fit(cpu, order_of).machine == CPU_BOX
+
+
+def test_observations_carry_the_machine_their_run_was_measured_on(tmp_path):
+    from bench.pipeline.plan_cli import observations
+
+    gpu = stored(tmp_path, "gpu", CAL[:1], machine_meta(H100, nodes=2, world=4))
+    cpu = stored(tmp_path, "cpu", CAL[:1])
+    assert [o.machine for o in observations([gpu, cpu])] == [f"{H100}, nccl, 2 node(s)", CPU_BOX]
+
+
+def test_plan_names_the_machine_every_prediction_was_calibrated_on(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "4,8", "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["calibration"]["machine"] == CPU_BOX
+    assert {p["calibrated_on"] for p in got["recommended"]} == {CPU_BOX}
+    assert {p["predicted_for"] for p in got["recommended"]} == {CPU_BOX}
+    assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "4,8"]) == 0
+    assert f"calibrated on 6 case(s) of 1 run(s) on {CPU_BOX}, model mlp-pipe" in capsys.readouterr().out
+
+
+def test_a_cpu_calibration_does_not_silently_validate_gpu_runs(tmp_path, capsys):
+    """Was: a CPU calibration ranked and judged GPU runs without a word."""
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})],
+                  machine_meta(H100))
+    assert main(["plan", str(cal), "--validate", str(held), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == (
+        f"distbench: error: validation run held was measured on {GPU_BOX}, the calibration on {CPU_BOX}; "
+        "pass runs of the calibration's machine, or say which machine it predicts with --target-machine RUN_DIR "
+        "(or --target-p2p RUN_DIR: the other machine's link)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_another_machine_is_validated_when_the_user_maps_it(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})],
+                  machine_meta(H100))
+    assert main(["plan", str(cal), "--validate", str(held), "--target-machine", str(held), "--format", "json",
+                 "--out", str(tmp_path / "out")]) == 0
+    case = json.loads(capsys.readouterr().out)["cases"][0]
+    assert (case["calibrated_on"], case["predicted_for"], case["measured_on"]) == (CPU_BOX, GPU_BOX, GPU_BOX)
+    assert case["extrapolated"] == f"calibrated on {CPU_BOX}, predicted for {GPU_BOX} (--target-machine)"
+
+
+def test_a_p2p_run_of_another_machine_than_the_calibration_is_refused(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    gpu_link = stored_sendrecv(tmp_path, "link", machine=machine_meta(H100))
+    assert main(["plan", str(cal), "--p2p", str(gpu_link)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == (
+        f"distbench: error: --p2p run link was measured on {GPU_BOX}, the calibration on {CPU_BOX}; --p2p is the "
+        "calibration machine's link (another machine's: --target-p2p)")
+
+
+def test_target_p2p_maps_the_calibration_to_its_machine(tmp_path, capsys):
+    """--target-p2p names the machine predicted for: validation runs of that machine are accepted
+    (e.g. calibrated on one node, validated on two, with the link between them)."""
+    obs = [observe_linked(s, m) for s, m in (("gpipe", 1), ("gpipe", 2), ("gpipe", 4), ("gpipe", 8),
+                                              ("1f1b", 2), ("1f1b", 8))]
+    cal = stored(tmp_path, "cal", obs)
+    here = stored_sendrecv(tmp_path, "here")
+    two = machine_meta(nodes=2)
+    there = stored_sendrecv(tmp_path, "there", alpha=2e-3, beta=1e8, machine=two)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe_linked("1f1b", 4).__dict__, "run_id": "held"})], two)
+    assert main(["plan", str(cal), "--p2p", str(here), "--target-p2p", str(there), "--validate", str(held),
+                 "--format", "json", "--out", str(tmp_path / "out")]) == 0
+    case = json.loads(capsys.readouterr().out)["cases"][0]
+    far = "cpu AMD EPYC 7B13 (2 cores), gloo, 2 node(s)"
+    assert (case["calibrated_on"], case["predicted_for"], case["measured_on"]) == (CPU_BOX, far, far)
+
+
+def test_validate_writes_its_predictions_into_a_run_of_its_own_never_into_the_runs_it_reads(tmp_path, capsys):
+    """Was: plan_predictions.parquet written into every validated run directory."""
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    before = {p: p.read_bytes() for d in (cal, held) for p in sorted(d.iterdir())}
+    assert main(["plan", str(cal), "--validate", str(held), "--out", str(tmp_path / "out"), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert {p: p.read_bytes() for d in (cal, held) for p in sorted(d.iterdir())} == before
+    (mine,) = (tmp_path / "out" / "plan").iterdir()
+    assert got["predictions_dir"] == str(mine)
+    assert sorted(p.name for p in mine.iterdir()) == ["meta.json", "plan_predictions.parquet"]
+    meta = json.loads((mine / "meta.json").read_text())
+    assert (meta["kind"], meta["suite"], meta["run_id"]) == ("pipeline", "plan", mine.name)
+    assert meta["plan"] == {"calibration_runs": ["cal"], "calibration_machine": CPU_BOX, "validation_runs": [str(held)],
+                            "predicted_for": CPU_BOX}
+    rows = pd.read_parquet(mine / "plan_predictions.parquet")
+    assert set(rows["run_id"]) == {"held"} and set(rows["calibration_machine"]) == {CPU_BOX}
+    assert rows.loc[rows["role"] == "validation", "measured_machine"].tolist() == [CPU_BOX]

@@ -1,6 +1,7 @@
 """`distbench plan`: a calibrated pipeline model. Every number it prints is a PREDICTION.
 
-Calibrate (from stored pipeline runs of one model on one machine):
+Calibrate (from stored pipeline runs of one model on one machine: runs of several machines are
+refused, and every prediction names the machine it was calibrated on and the one it is for):
   per stage s and action kind k (F forward with the loss on the last stage, B full backward
   with recompute, I / W input / weight backward where measured), the median time per
   micro-batch as a line in the micro-batch size b:  t(s, k, b) = a[s,k] + c[s,k] * b
@@ -75,6 +76,7 @@ class Observation:
     bubble: float = float("nan")  # measured mean bubble, where the run has it
     checkpoint: str = "never"  # activation checkpointing: always | except_last | never (bench.strategies.pp)
     dp: int = 1  # data-parallel replicas of the pipeline (pp x dp); micro_batch and stage times are one replica's
+    machine: str = ""  # the machine the run measured (plan_cli.machine_of: device, backend, nodes)
 
 
 def placement(schedule: str, ranks: int) -> tuple[int, int, str]:
@@ -164,6 +166,7 @@ class Calibration:
     link: Link | None = None  # p2p between pipeline ranks; None: the overhead holds the transfers
     boundary_bytes: float = 0.0  # activation bytes per sample crossing a stage boundary (the model's)
     dp: int = 1  # the data-parallel degree of every calibration case (one Calibration per layout)
+    machine: str = ""  # the one machine every calibration case was measured on
 
     @property
     def checkpoints(self) -> tuple[str, ...]:
@@ -260,7 +263,7 @@ def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_byt
     """order_of(schedule, stages, chunks) -> {rank: [(stage, kind, mb), ...]} (torch's order).
     With a link (and the model's activation bytes per sample at a stage boundary) the transfers
     are a term of their own and the overhead is what is left; without, the overhead holds them."""
-    model = _one_model(obs)
+    model, machine = _one_model(obs), _one_machine(obs)
     dps = sorted({o.dp for o in obs})
     if len(dps) > 1:
         raise BenchError(f"calibration cases mix data-parallel degrees {', '.join(map(str, dps))}: one Calibration "
@@ -298,7 +301,7 @@ def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_byt
                        ranks=tuple(sorted({o.stages for o in obs})),
                        configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint) for o in obs),
                        runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs),
-                       link=link, boundary_bytes=boundary_bytes, dp=dps[0])
+                       link=link, boundary_bytes=boundary_bytes, dp=dps[0], machine=machine)
 
 
 def fit_layouts(obs: list[Observation], order_of, link: Link | None = None, boundary_bytes: float = 0.0) -> dict:
@@ -308,6 +311,7 @@ def fit_layouts(obs: list[Observation], order_of, link: Link | None = None, boun
     per-step cost c of its depth) and, on a shared host, the cores its ranks time-share (in the
     stage times). The model is one (every piece above), its numbers per layout."""
     _one_model(obs)
+    _one_machine(obs)
     return {dp: fit([o for o in obs if o.dp == dp], order_of, link, boundary_bytes)
             for dp in sorted({o.dp for o in obs})}
 
@@ -320,6 +324,20 @@ def _one_model(obs: list[Observation]) -> str:
     if len(models) > 1:
         raise BenchError(f"calibration runs mix models {', '.join(models)}; pass runs of one model (--model)")
     return models[0]
+
+
+def _one_machine(obs: list[Observation]) -> str:
+    """The one machine the cases were measured on. Runs of several are refused: a stage time of one
+    machine and an overhead of another fit nothing (a CPU calibration would rank GPU layouts)."""
+    runs: dict = {}
+    for o in obs:
+        runs.setdefault(o.machine, set()).add(o.run_id)
+    if len(runs) > 1:
+        raise BenchError("calibration runs were measured on different machines: "
+                         + "; ".join(f"{m or 'machine not recorded'} ({', '.join(sorted(r))})"
+                                     for m, r in sorted(runs.items()))
+                         + "; calibrate on runs of one machine")
+    return next(iter(runs))
 
 
 def layout_for(cals: dict, dp: int) -> "Calibration":
@@ -422,6 +440,8 @@ class Prediction:
     bubble: float  # mean idle share of the step, compute-only replay
     peak_bytes: float  # max over ranks
     extrapolated: str  # why, or ""
+    calibrated_on: str = ""  # the machine of the calibration runs
+    predicted_for: str = ""  # the machine predicted for: the calibration's, unless the user mapped another
 
 
 def _scaled_costs(cal: Calibration, n_stages: int, checkpoint: str = "never") -> dict:
@@ -443,8 +463,11 @@ def _scaled_costs(cal: Calibration, n_stages: int, checkpoint: str = "never") ->
     return out
 
 
-def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = None) -> Prediction:
-    """`link`: the p2p of the machine predicted for (e.g. between nodes); default the calibration's."""
+def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = None, target: str = "",
+            mapped_by: str = "") -> Prediction:
+    """`link`: the p2p of the machine predicted for (e.g. between nodes); default the calibration's.
+    `target`: the machine predicted for, when the user mapped the calibration onto another
+    (`mapped_by` says how: --target-machine, --target-p2p); marked extrapolated."""
     order = order_of(cand.schedule, cand.stages, cand.chunks)
     n = model_stages(cand.schedule, cand.stages)
     costs = _scaled_costs(cal, n, cand.checkpoint)
@@ -463,11 +486,14 @@ def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = Non
     q = cal.bytes_per_inflight_sample[cand.checkpoint]
     peak = max(base.get(r, fallback) + q * held[r] * cand.micro_batch for r in held)
     step = with_overhead.step_s + once
+    target = target or cal.machine
+    moved = f"calibrated on {cal.machine}, predicted for {target} ({mapped_by})" if target != cal.machine else ""
     layout = (f"dp {cand.dp} not calibrated (dp {cal.dp}'s pipeline per replica; what dp {cand.dp} adds, the "
               "gradient all-reduce and the sharing of the host, is not in it)" if cand.dp != cal.dp else "")
     return Prediction(candidate=cand, step_s=step, samples_per_s=cand.batch / step,
-                      bubble=compute.mean_bubble, peak_bytes=peak,
-                      extrapolated="; ".join(filter(None, [layout, cal.extrapolation(n, cand.micro_batch, cand.checkpoint),
+                      bubble=compute.mean_bubble, peak_bytes=peak, calibrated_on=cal.machine, predicted_for=target,
+                      extrapolated="; ".join(filter(None, [moved, layout,
+                                                           cal.extrapolation(n, cand.micro_batch, cand.checkpoint),
                                                            o_why, once_why, _link_note(cal.link, link)])))
 
 

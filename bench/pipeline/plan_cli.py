@@ -14,7 +14,10 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
-from bench.results.schema import conform
+from bench.results.fingerprint import of_run
+from bench.results.metadata import new_run_id, utc_now
+from bench.results.rundir import RunDir, read_meta, write_json
+from bench.results.schema import SCHEMA_VERSION, conform
 from bench.results.store import latest_run, load_run, write_parquet
 from bench.suite import resolve_suite, tomllib
 from bench.strategies import schedules as scheds
@@ -31,6 +34,23 @@ def _ms_list(text) -> list[float]:
     return [float(x) / 1e3 for x in str(text).split(",") if x.strip()]
 
 
+def machine_of(meta: dict) -> str:
+    """The machine a stored run measured, from its meta.json (bench.results.fingerprint): the device
+    (the GPU model; on CPU the CPU model and its cores), the backend and the node count, and the
+    interconnect where recorded. Two runs are of one machine when these agree (world, torch and
+    NCCL versions may differ)."""
+    if not (meta.get("launches") or {}):
+        return "machine not recorded"
+    fp = of_run(meta)
+    device = fp.device if fp.device != "cpu" else " ".join(filter(None, ["cpu", fp.cpu_model])) + (
+        f" ({fp.cores} cores)" if fp.cores else "")
+    return ", ".join(filter(None, [device, fp.backend, f"{fp.nodes} node(s)", fp.interconnect]))
+
+
+def _machine_of_dir(run_dir) -> str:
+    return machine_of(read_meta(Path(run_dir), []))
+
+
 def observations(run_dirs) -> list[pl.Observation]:
     """Every measured pipeline case (a results row with per-stage times) of the given runs."""
     out = []
@@ -40,6 +60,7 @@ def observations(run_dirs) -> list[pl.Observation]:
         if res is None or "stage_fwd_s" not in res.columns:
             raise BenchError(f"run '{d}' has no pipeline cases (no per-stage times); pass runs of distbench pipeline")
         ranks = run.tables.get("strategy_ranks", pd.DataFrame())
+        machine = machine_of(run.meta)
         for _, row in res.iterrows():
             stage_s = {}
             for col, kind in COLUMNS.items():
@@ -65,6 +86,7 @@ def observations(run_dirs) -> list[pl.Observation]:
                                       chunks=int(row["chunks"]), micro_batch=mb, dp=dp,
                                       step_s=float(row["step_median_s"]), stage_s=stage_s, peak_bytes=peaks,
                                       case_id=str(row["case_id"]), run_id=str(row["run_id"]), run_dir=str(d),
+                                      machine=machine,
                                       checkpoint=str(row["checkpoint"]) if "checkpoint" in res.columns
                                       and pd.notna(row["checkpoint"]) else "never",
                                       bubble=float(row["bubble_measured"]) if "bubble_measured" in res.columns
@@ -118,12 +140,19 @@ def add_parser(sub):
                    help="how many launches --calibrate and --validate measure (default 1): calibration launches "
                         "are pooled; with several validation launches each configuration is also judged on "
                         "its median over them")
-    p.add_argument("--out", default="results", help="results root for the validation launch (default results/)")
+    p.add_argument("--out", default=None,
+                   help="results root for the launches (default results/) and for --validate's predictions, "
+                        "stored as a run of their own under OUT/plan/ (default: beside the validation runs)")
     p.add_argument("--p2p", default=None, metavar="RUN_DIR",
                    help="a sendrecv run (distbench collectives) between the calibration's ranks: p2p becomes an "
                         "alpha-beta term of its own instead of part of the per-action overhead")
     p.add_argument("--target-p2p", default=None, metavar="RUN_DIR",
-                   help="predict with this sendrecv run's link (e.g. between nodes) instead of --p2p's")
+                   help="predict with this sendrecv run's link (e.g. between nodes) instead of --p2p's, for its "
+                        "machine (validation runs of that machine are then accepted)")
+    p.add_argument("--target-machine", default=None, metavar="RUN_DIR",
+                   help="predict for the machine of this run with the calibration's machine's times, as they are: "
+                        "validation runs of that machine are then accepted (otherwise refused), every prediction "
+                        "marked")
     p.add_argument("--format", default="table", help="table | json")
     p.set_defaults(func=cmd_plan)
 
@@ -165,9 +194,31 @@ def candidates(cals: dict, stages, schedules, chunks, batch, checkpoints=None,
     return out, skipped
 
 
-def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None) -> pl.Prediction:
-    """A candidate predicted with its layout's calibration (else the nearest layout's, marked)."""
-    return pl.predict(pl.layout_for(cals, cand.dp), cand, pl.torch_order, link=link)
+def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None, to: str = "", how: str = "") -> pl.Prediction:
+    """A candidate predicted with its layout's calibration (else the nearest layout's, marked), for
+    the machine `to` (default the calibration's; `how` the option that mapped it)."""
+    return pl.predict(pl.layout_for(cals, cand.dp), cand, pl.torch_order, link=link, target=to, mapped_by=how)
+
+
+def _p2p_machine(args, machine: str):
+    """--p2p measures the calibration machine's link: a run of another machine is refused."""
+    if args.p2p:
+        theirs = _machine_of_dir(args.p2p)
+        if theirs != machine:
+            raise BenchError(f"--p2p run {Path(args.p2p).name} was measured on {theirs}, the calibration on {machine}; "
+                             "--p2p is the calibration machine's link (another machine's: --target-p2p)")
+
+
+def _target(args, machine: str) -> tuple[str, str]:
+    """(the machine predicted for, the option that says so): --target-machine's run's, else
+    --target-p2p's run's, else the calibration's own ("", "")."""
+    for opt, d in (("--target-machine", args.target_machine), ("--target-p2p", args.target_p2p)):
+        if d:
+            load_run(d)  # a wrong path is one line
+            theirs = _machine_of_dir(d)
+            if theirs != machine:
+                return theirs, opt
+    return machine, ""
 
 
 def _modes(text, cals: dict) -> list[str] | None:
@@ -204,6 +255,8 @@ def cmd_plan(args) -> int:
     given = observations(args.runs) if args.runs else []  # before any launch: a wrong path costs nothing
     wire = link(args.p2p) if args.p2p else None
     target = link(args.target_p2p) if args.target_p2p else None
+    if given:  # the machine the given calibration runs agree on (several: refused)
+        _p2p_machine(args, pl._one_machine(given))
     if args.calibrate:
         resolve_suite(args.calibrate_suite, "pipeline")
         if args.model:
@@ -214,10 +267,12 @@ def cmd_plan(args) -> int:
     obs = given + observations(measured)
     cals = pl.fit_layouts(obs, pl.torch_order, link=wire,
                           boundary_bytes=get_spec(obs[0].model).boundary_bytes_per_sample if wire and obs else 0.0)
-    cal = next(iter(cals.values()))  # what every layout's calibration shares: the model, the link
+    cal = next(iter(cals.values()))  # what every layout's calibration shares: the model, the link, the machine
+    _p2p_machine(args, cal.machine)
+    to, how = _target(args, cal.machine)
     if args.validate is not None:
         runs = args.validate or held or [_measure(args, args.validate_suite, cal.model) for _ in range(args.launches)]
-        return _validate(cals, observations(runs), args.format)
+        return _validate(cals, observations(runs), args.format, out=args.out, runs=runs, to=to, how=how, target=target)
     batch = args.batch or max(o.dp * o.chunks * o.micro_batch for o in obs)
     stages = _ints(args.stages, "stages") if args.stages else sorted({r for c in cals.values() for r in c.ranks})
     names = [scheds.canonical(s) for s in args.schedules.split(",")] if args.schedules else list(scheds.SCHEDULES)
@@ -229,13 +284,14 @@ def cmd_plan(args) -> int:
         if not cands:
             raise BenchError(f"no candidate at world {args.world}: worlds are stages x dp (--stages "
                              f"{','.join(map(str, stages))}, --dp {args.dp or ','.join(map(str, sorted(cals)))})")
-    preds = [predict(cals, c, link=target) for c in cands]
+    preds = [predict(cals, c, link=target, to=to, how=how) for c in cands]
     best, over = pl.recommend(preds, limit)
     runs = _runs(cals)
     if args.format == "json":
         links = {k: {"alpha_s": w.alpha, "beta_bytes_per_s": w.beta, "source": w.source}
                  for k, w in (("p2p", cal.link), ("target_p2p", target)) if w is not None}
-        print(json.dumps({"prediction": True, "calibration": {"runs": runs, "cases": sum(c.cases for c in cals.values()),
+        print(json.dumps({"prediction": True, "calibration": {"runs": runs, "machine": cal.machine,
+                                                               "cases": sum(c.cases for c in cals.values()),
                                                                "overhead_per_action_s": {
                                                                    f"{pl.layout_label(r, c.dp)} {n}": v for c in cals.values()
                                                                    for (r, n), v in c.overhead.items()},
@@ -247,7 +303,8 @@ def cmd_plan(args) -> int:
                           "over_memory_limit": [_as_dict(p) for p in over], "skipped": skipped}, indent=1))
         return 0
     print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on "
-          f"{sum(c.cases for c in cals.values())} case(s) of {len(runs)} run(s), model {cal.model}; overhead per action "
+          f"{sum(c.cases for c in cals.values())} case(s) of {len(runs)} run(s) on {cal.machine}, model {cal.model}"
+          + (f", predicted for {to} ({how})" if to != cal.machine else "") + "; overhead per action "
           + ", ".join(f"{pl.layout_label(r, c.dp)} {n} {v * 1e6:.0f} us" for c in cals.values() for (r, n), v in c.overhead.items())
           + "; per step " + _per_step(cals))
     if cal.link:
@@ -306,7 +363,8 @@ def _as_dict(p: pl.Prediction) -> dict:
     return {"stages": p.candidate.stages, "dp": p.candidate.dp, "schedule": p.candidate.schedule, "chunks": p.candidate.chunks,
             "micro_batch": p.candidate.micro_batch, "checkpoint": p.candidate.checkpoint, "predicted_step_s": p.step_s,
             "predicted_samples_per_s": p.samples_per_s, "predicted_bubble": p.bubble,
-            "predicted_peak_bytes": p.peak_bytes, "extrapolated": p.extrapolated}
+            "predicted_peak_bytes": p.peak_bytes, "extrapolated": p.extrapolated, "calibrated_on": p.calibrated_on,
+            "predicted_for": p.predicted_for}
 
 
 def _launches(args, given: list[pl.Observation]) -> tuple[list[Path], list[Path]]:
@@ -336,21 +394,26 @@ def _measure(args, suite_name: str, model: str | None) -> Path:
     own, its output shown as it runs); returns the new run directory."""
     suite = resolve_suite(suite_name, "pipeline")
     name = tomllib.loads(suite.read_text()).get("name", suite.stem)
-    before = latest_run(args.out, name)
+    out = args.out or "results"
+    before = latest_run(out, name)
     cmd = [sys.executable, "-m", "bench", "pipeline", "--suite", str(suite), *(["--model", model] if model else []),
-           "--out", args.out]
+           "--out", out]
     print(f"plan: measuring {name}: {' '.join(cmd[1:])}", flush=True)
     rc = subprocess.call(cmd)
-    after = latest_run(args.out, name)
+    after = latest_run(out, name)
     if rc != 0 or after is None or after == before:
         raise BenchError(f"the {name} launch ({' '.join(cmd[2:])}) failed with exit code {rc}; nothing to plan on")
     return after
 
 
-def _store(cals: dict, held: list[pl.Observation], rows: list[dict]):
-    """Into each validated run: its cases' predictions beside the measurements, and the ranked
-    recommendation for its mini-batch, as table plan_predictions (the report draws them; a later
-    plan replaces them)."""
+def _store(cals: dict, held: list[pl.Observation], rows: list[dict], out, runs, to: str, how: str) -> Path:
+    """A run directory of its own, <root>/plan/<run_id>/ (root: --out, else the first validation
+    run's results root), never the measured runs it read: per validated run its cases' predictions
+    beside the measurements, and the ranked recommendation for its mini-batch, as table
+    plan_predictions (the report draws them beside the runs: `distbench report RUN... PLAN_DIR`);
+    meta.json says which runs and machines. Returns its path."""
+    cal = next(iter(cals.values()))
+    out_rows = []
     for d in sorted({o.run_dir for o in held}, key=str):
         mine = [o for o in held if o.run_dir == d]
         run_id, batch = mine[0].run_id, max(o.dp * o.chunks * o.micro_batch for o in mine)
@@ -359,16 +422,31 @@ def _store(cals: dict, held: list[pl.Observation], rows: list[dict]):
         cands, _ = candidates(cals, sorted({o.stages for o in mine}), list(scheds.SCHEDULES),
                               sorted({o.chunks for o in mine} | {1, 2, 4, 8, 16}), batch,
                               sorted({o.checkpoint for o in mine} & modes) or None, dps)
-        best, _ = pl.recommend([predict(cals, c) for c in cands])
+        there = mine[0].machine if mine[0].machine == to else ""
+        best, _ = pl.recommend([predict(cals, c, to=there, how=how if there else "") for c in cands])
         ids = {o.case_id for o in mine}
-        out = [{**{k: v for k, v in r.items() if k not in ("step_error", "peak_error")}, "role": "validation", "rank": 0}
-               for r in rows if r["case_id"] in ids]
+        for r in rows:
+            if r["run_id"] == run_id and r["case_id"] in ids:
+                keep = {k: v for k, v in r.items() if k not in ("step_error", "peak_error", "calibrated_on", "measured_on")}
+                out_rows.append({**keep, "role": "validation", "rank": 0, "measured_machine": r["measured_on"]})
         for i, p in enumerate(best[:5], 1):
-            out.append({"run_id": run_id, "case_id": "", "role": "recommended", "rank": i, **_as_dict(p),
-                        "candidate": p.candidate.label, "why": why(p, best) if i == 1 else ""})
-        for r in out:
-            r["calibration_runs"] = ",".join(_runs(cals))
-        write_parquet(conform(pd.DataFrame(out), "plan_predictions"), Path(d) / "plan_predictions.parquet")
+            out_rows.append({"run_id": run_id, "case_id": "", "role": "recommended", "rank": i,
+                             **{k: v for k, v in _as_dict(p).items() if k != "calibrated_on"},
+                             "candidate": p.candidate.label, "why": why(p, best) if i == 1 else ""})
+    for r in out_rows:
+        r["calibration_runs"] = ",".join(_runs(cals))
+        r["calibration_machine"] = cal.machine
+    root = Path(out) if out else RunDir.at(Path(runs[0]).resolve()).root
+    rd = RunDir(root, "plan", new_run_id())
+    rd.path.mkdir(parents=True, exist_ok=False)
+    write_parquet(conform(pd.DataFrame(out_rows), "plan_predictions"), rd.path / "plan_predictions.parquet")
+    write_json({"schema_version": SCHEMA_VERSION, "run_id": rd.run_id, "kind": "pipeline", "suite": "plan",
+                "state": "complete", "started_utc": utc_now(), "command_line": " ".join(["distbench", *sys.argv[1:]]),
+                "notes": ["predictions of distbench plan --validate (model output, not measurements)"],
+                "plan": {"calibration_runs": _runs(cals), "calibration_machine": cal.machine,
+                         "validation_runs": [str(r) for r in runs], "predicted_for": to}},
+               rd.meta_path)
+    return rd.path
 
 
 def _pct(x: float) -> str:
@@ -384,9 +462,21 @@ def _calibrated(cals: dict, o: pl.Observation) -> bool:
     return any(o.run_id in c.runs for c in cals.values()) or (o.dp in cals and _config(o) in cals[o.dp].configs)
 
 
-def _validate(cals: dict, held: list[pl.Observation], fmt: str) -> int:
+def _validate(cals: dict, held: list[pl.Observation], fmt: str, out=None, runs=(), to: str = "", how: str = "",
+              target: pl.Link | None = None) -> int:
     """Held-out cases only: a case of a calibration run, or a configuration (ranks, schedule,
-    chunks, micro-batch) the calibration measured, is left out and counted."""
+    chunks, micro-batch) the calibration measured, is left out and counted. A run of another
+    machine than the calibration's is refused unless the user mapped the calibration onto it
+    (`to`: --target-machine, --target-p2p); its cases are then predicted for it (with the target
+    link, where given). The predictions go into a run directory of their own (_store)."""
+    machine = next(iter(cals.values())).machine
+    to = to or machine
+    for o in held:
+        if o.machine not in (machine, to):
+            raise BenchError(f"validation run {o.run_id} was measured on {o.machine}, the calibration on {machine}"
+                             + (f", the target ({how}) is {to}" if to != machine else "")
+                             + "; pass runs of the calibration's machine, or say which machine it predicts with "
+                             "--target-machine RUN_DIR (or --target-p2p RUN_DIR: the other machine's link)")
     given = len(held)
     held = [o for o in held if not _calibrated(cals, o)]
     if not held:
@@ -394,19 +484,24 @@ def _validate(cals: dict, held: list[pl.Observation], fmt: str) -> int:
                          "configurations the model was not fitted on")
     rows = []
     for o in held:
+        moved = o.machine != machine
         p = predict(cals, pl.Candidate(stages=o.stages, dp=o.dp, schedule=o.schedule, chunks=o.chunks,
-                                       micro_batch=o.micro_batch, checkpoint=o.checkpoint))
+                                       micro_batch=o.micro_batch, checkpoint=o.checkpoint),
+                    link=target if moved and how == "--target-p2p" else None, to=o.machine if moved else "",
+                    how=how if moved else "")
         peak = max(o.peak_bytes.values()) if o.peak_bytes else float("nan")
         rows.append({"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages, "dp": o.dp,
                      "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
                      "checkpoint": o.checkpoint, "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
                      "step_error": p.step_s / o.step_s - 1, "predicted_bubble": p.bubble, "measured_bubble": o.bubble,
                      "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": peak,
-                     "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated})
-    _store(cals, held, rows)
+                     "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated,
+                     "calibrated_on": p.calibrated_on, "predicted_for": p.predicted_for, "measured_on": o.machine})
+    where = _store(cals, held, rows, out, runs, to, how)
     pooled = over_launches(rows)
     if fmt == "json":
-        print(json.dumps({"prediction": True, "cases": rows, **_errors(rows), "sweeps": sweeps(rows),
+        print(json.dumps({"prediction": True, "predictions_dir": str(where), "cases": rows, **_errors(rows),
+                          "sweeps": sweeps(rows),
                           "per_launch": _per_launch(rows),
                           "over_launches": {"cases": pooled, **_errors(pooled), "sweeps": sweeps(pooled)}
                           if pooled else None}, indent=1))
@@ -414,7 +509,9 @@ def _validate(cals: dict, held: list[pl.Observation], fmt: str) -> int:
     print(f"validation: model predictions vs measured, {len(rows)} held-out case(s)"
           + (f" ({given - len(rows)} left out: calibration runs or configurations)" if given > len(rows) else ""))
     print(f"calibration: {sum(c.cases for c in cals.values())} case(s) of "
-          f"{', '.join(_runs(cals))}; per-step cost {_per_step(cals)}")
+          f"{', '.join(_runs(cals))} on {machine}" + (f", predicted for {to} ({how})" if to != machine else "")
+          + f"; per-step cost {_per_step(cals)}")
+    print(f"predictions stored in {where} (a run of their own; the runs read are left as they are)")
     _table(rows)
     _print_errors(rows, sweeps(rows))
     for run, v in _per_launch(rows).items():

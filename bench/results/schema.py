@@ -363,7 +363,7 @@ MICROBATCH_EFFICIENCY = {
     "relative_throughput": "float64", "ideal_pipeline_step_s": "float64", "stages": "int64",
 }
 
-PLAN_PREDICTIONS = {  # written into a pipeline run by `distbench plan` (docs/plan.md): model output, not measured
+PLAN_PREDICTIONS = {  # a plan run of its own, by `distbench plan --validate` (docs/plan.md): model output, not measured
     "run_id": "string", "case_id": "string",
     "role": "string",  # validation (a held-out case of this run) | recommended (a ranked candidate)
     "rank": "int64",  # recommended: 1 = best predicted; validation: 0
@@ -378,6 +378,9 @@ PLAN_PREDICTIONS = {  # written into a pipeline run by `distbench plan` (docs/pl
     "extrapolated": "string",  # why the model left its calibrated range, or ""
     "calibration_runs": "string",  # run ids, comma list
     "why": "string",  # recommended rank 1: the trade-off behind the pick
+    "calibration_machine": "string",  # the machine the calibration runs measured (device, backend, nodes)
+    "predicted_for": "string",  # the machine predicted for: the calibration's unless the user mapped another
+    "measured_machine": "string",  # validation: the machine the validated run measured
 }
 
 
