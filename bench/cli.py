@@ -18,6 +18,7 @@ from bench.results import cli as results_cli
 from bench.results import history_cli
 from bench.overhead import cli as telemetry_cli
 from bench.pipeline import plan_cli
+from bench.simcluster import cli as simcluster_cli
 from bench.allreduce import REGISTRY as ALGORITHMS
 from bench.collectives import REGISTRY as COLLECTIVES
 from bench.collectives.imports import cli as import_cli
@@ -34,7 +35,7 @@ from bench.strategies import REGISTRY as STRATEGIES
 from bench.suite import int_list, load_suite, resolve_suite
 
 # Subcommands that are not benchmark kinds: each module has add_parser(subparsers).
-COMMANDS = (telemetry_cli, report_cli, results_cli, history_cli, import_cli, plan_cli)
+COMMANDS = (telemetry_cli, report_cli, results_cli, history_cli, import_cli, plan_cli, simcluster_cli)
 
 
 def build_parser() -> Parser:

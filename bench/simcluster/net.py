@@ -1,0 +1,206 @@
+"""The simulated cluster's network: one Linux network namespace per node, a bridge in a namespace
+of its own (the switch), one veth link from each node to it, each link shaped with tc tbf.
+
+    node0 [n0-<id>] ==veth== [s0-<id>] ┐
+    node1 [n1-<id>] ==veth== [s1-<id>] ┴ br-<id>   (namespace dbsc-<id>-sw)
+
+Safety: every interface is created directly inside a namespace made here (`ip link add ... netns`),
+so nothing ever appears in the host's namespace; addresses (10.213.0.0/24) exist only on the node
+ends of those links; there is no default route, no NAT and no link to the host. All names carry
+one random id per invocation (`dbsc-<pid>-<hex>-...`), so two runs never collide, and `teardown`
+deletes the namespaces (their links and qdiscs go with them) whatever happened before.
+
+Shaping: tbf on both ends of a node's link (node -> switch on the node's interface, switch ->
+node on the switch port), so a node's rate bounds what it sends and what it receives. There is
+no added delay: netem is not available here, so every link has the latency of a veth (microseconds).
+"""
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from bench.errors import BenchError, unknown
+
+PREFIX = "dbsc-"  # every namespace this module makes starts with it
+SUBNET = "10.213.0"  # /24, private (RFC 1918), only inside the namespaces made here
+MAX_NODES = 8  # c10d orders nodes by address text: 10.213.0.1 .. .8 keeps node i at group rank i
+RENDEZVOUS_PORT = 29400
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
+_UNIT_BITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}  # tc's units: powers of 1000
+MIN_RATE_BITS_S, MAX_RATE_BITS_S = 10**6, 100 * 10**9
+TBF_LATENCY_MS = 50  # how long a packet may queue in tbf before it is dropped
+
+
+def parse_rate(text: str) -> int:
+    """'500mbit' -> 500_000_000 bits/s (tc's units: kbit, mbit, gbit are powers of 1000)."""
+    m = _RATE_RE.match(str(text))
+    if not m:
+        raise BenchError(f"bad link rate '{text}': expected a number and a unit kbit, mbit or gbit "
+                         "(powers of 1000, as tc reads them), e.g. 100mbit, 500mbit, 1gbit")
+    bits = int(float(m.group(1)) * _UNIT_BITS[m.group(2).lower()])
+    if not MIN_RATE_BITS_S <= bits <= MAX_RATE_BITS_S:
+        raise BenchError(f"bad link rate '{text}': {bits} bit/s; allowed 1mbit .. 100gbit")
+    return bits
+
+
+def format_rate(bits_s: int) -> str:
+    for unit in ("gbit", "mbit", "kbit"):
+        if bits_s % _UNIT_BITS[unit] == 0:
+            return f"{bits_s // _UNIT_BITS[unit]}{unit}"
+    return f"{bits_s}bit"
+
+
+def node_rates(nodes: int, link: str, link_of: list[str]) -> list[int]:
+    """Each node's link rate in bits/s: `link` for every node, `nodeI=RATE` items for some."""
+    rates = [parse_rate(link)] * nodes
+    names = [f"node{i}" for i in range(nodes)]
+    for item in (x.strip() for spec in link_of for x in spec.split(",") if x.strip()):
+        name, sep, rate = item.partition("=")
+        if not sep:
+            raise BenchError(f"bad --link-of '{item}': expected nodeI=RATE, e.g. node1=200mbit")
+        if name.strip() not in names:
+            raise unknown("node in --link-of", name.strip(), names)
+        rates[names.index(name.strip())] = parse_rate(rate)
+    return rates
+
+
+def tbf_burst_bytes(bits_s: int) -> int:
+    """tbf's bucket: at least 4 ms of the rate (the kernel's timer granularity is 1-4 ms), and at
+    least 64 KiB, so a full GSO segment passes without being split."""
+    return max(bits_s // 8 * 4 // 1000, 64 * 1024)
+
+
+def missing_tools(which=shutil.which) -> list[str]:
+    return [t for t in ("ip", "tc", "unshare") if which(t) is None]
+
+
+def check_can_run(geteuid=os.geteuid, which=shutil.which):
+    """One-line refusal where namespaces cannot be made: not root, or ip / tc / unshare missing."""
+    if geteuid() != 0:
+        raise BenchError("simcluster needs root (CAP_NET_ADMIN) to create network namespaces and shape links; "
+                         f"this process runs as uid {geteuid()}; run it as root (e.g. sudo .venv/bin/distbench ...)")
+    missing = missing_tools(which)
+    if missing:
+        raise BenchError(f"simcluster needs {', '.join(missing)} on PATH (Debian: apt-get install -y iproute2 "
+                         "util-linux); not found")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    index: int
+    rate_bits_s: int
+    id: str  # the invocation's id
+
+    @property
+    def name(self) -> str:  # also its hostname
+        return f"node{self.index}"
+
+    @property
+    def netns(self) -> str:
+        return f"{PREFIX}{self.id}-n{self.index}"
+
+    @property
+    def ifname(self) -> str:  # the node's end of its link (<= 15 characters)
+        return f"n{self.index}-{self.id}"
+
+    @property
+    def port(self) -> str:  # the switch's end of the node's link
+        return f"s{self.index}-{self.id}"
+
+    @property
+    def address(self) -> str:
+        return f"{SUBNET}.{self.index + 1}"
+
+    def tbf(self) -> list[str]:
+        return ["tbf", "rate", f"{self.rate_bits_s}bit", "burst", str(tbf_burst_bytes(self.rate_bits_s)),
+                "latency", f"{TBF_LATENCY_MS}ms"]
+
+
+def new_id() -> str:
+    """Unique per invocation: 8 hex characters (interface names stay <= 11 characters)."""
+    return secrets.token_hex(4)
+
+
+def _ip(*args, check=True) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(args), capture_output=True, text=True)
+    if check and r.returncode != 0:
+        msg = " ".join((r.stderr or r.stdout or "").split())
+        raise BenchError(f"simcluster: `{' '.join(args)}` failed: {msg or f'exit {r.returncode}'}; "
+                         "it needs CAP_NET_ADMIN, network namespaces, veth, bridge and the tbf qdisc")
+    return r
+
+
+class Network:
+    """The namespaces, links and qdiscs of one invocation. `build()` then `teardown()` (always)."""
+
+    def __init__(self, rates: list[int], id_: str | None = None):
+        self.id = id_ or new_id()
+        self.nodes = [Node(index=i, rate_bits_s=r, id=self.id) for i, r in enumerate(rates)]
+        self.switch = f"{PREFIX}{self.id}-sw"
+        self.bridge = f"br-{self.id}"
+        self.made: list[str] = []  # namespaces created so far (teardown deletes exactly these)
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.switch, *(n.netns for n in self.nodes)]
+
+    def _netns_add(self, name: str):
+        _ip("ip", "netns", "add", name)
+        self.made.append(name)
+        _ip("ip", "-n", name, "link", "set", "lo", "up")
+
+    def build(self):
+        self._netns_add(self.switch)
+        _ip("ip", "-n", self.switch, "link", "add", self.bridge, "type", "bridge")
+        _ip("ip", "-n", self.switch, "link", "set", self.bridge, "up")
+        for n in self.nodes:
+            self._netns_add(n.netns)
+            # both ends are created inside their namespaces: no interface ever exists in the host's
+            _ip("ip", "link", "add", n.ifname, "netns", n.netns, "type", "veth", "peer", "name", n.port,
+                "netns", self.switch)
+            _ip("ip", "-n", self.switch, "link", "set", n.port, "master", self.bridge, "up")
+            _ip("ip", "-n", n.netns, "addr", "add", f"{n.address}/24", "dev", n.ifname)
+            _ip("ip", "-n", n.netns, "link", "set", n.ifname, "up")
+            _ip("tc", "-n", n.netns, "qdisc", "add", "dev", n.ifname, "root", *n.tbf())
+            _ip("tc", "-n", self.switch, "qdisc", "add", "dev", n.port, "root", *n.tbf())
+
+    def pids(self) -> list[int]:
+        """Every process still inside one of this invocation's namespaces."""
+        out = []
+        for ns in self.made:
+            r = _ip("ip", "netns", "pids", ns, check=False)
+            out += [int(p) for p in r.stdout.split() if p.isdigit()]
+        return out
+
+    def teardown(self) -> list[str]:
+        """Delete every namespace made (their links and qdiscs go with them); returns problems."""
+        problems = []
+        for ns in reversed(self.made):
+            r = _ip("ip", "netns", "del", ns, check=False)
+            if r.returncode != 0 and ns in leftover_namespaces(self.id):
+                problems.append(f"namespace {ns} could not be deleted: {' '.join(r.stderr.split())}")
+        self.made = [ns for ns in self.made if ns in leftover_namespaces(self.id)]
+        return problems
+
+    def facts(self) -> dict:
+        """What meta.json records about the network (bench.simcluster.run adds the rest)."""
+        return {
+            "topology": "star: each node one veth link to a Linux bridge in a namespace of its own (the switch)",
+            "subnet": f"{SUBNET}.0/24 (private, only inside this invocation's namespaces; no route out)",
+            "id": self.id,
+            "switch_namespace": self.switch,
+            "links": [{"node": n.name, "between": [n.ifname, n.port], "rate_bits_s": n.rate_bits_s,
+                       "rate": format_rate(n.rate_bits_s), "qdisc": " ".join(n.tbf()),
+                       "shaped": "both directions (tbf on both ends)", "added_delay_s": 0.0} for n in self.nodes],
+        }
+
+
+def leftover_namespaces(id_: str | None = None) -> list[str]:
+    """Namespaces of this module still present (of one invocation when `id_` is given)."""
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    names = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+    want = f"{PREFIX}{id_}-" if id_ else PREFIX
+    return [n for n in names if n.startswith(want)]

@@ -1,0 +1,262 @@
+"""Run one command on the simulated cluster: torchrun in every node's namespace (c10d rendezvous at
+node 0), each node's output passed through (lines of node i > 0 prefixed `nodeI| `), then the
+stored run marked as a simulated-cluster run in its meta.json (`simcluster` block).
+
+Every node's process is `ip netns exec <ns> unshare --uts sh -c 'hostname nodeI; exec torchrun ...'`:
+its own network stack (bench.simcluster.net) and its own hostname, the host's filesystem (so rank 0
+writes the run under the same results root as a local run), the host's cores and memory.
+
+Whatever ends the command (its end, a failure, Ctrl-C, SIGTERM), `SimCluster.close` stops every
+process in the namespaces (SIGTERM to each node's process group, so the torchrun agents stop their
+workers; then SIGKILL to anything left, found by `ip netns pids`, since torchrun starts workers in
+sessions of their own) and deletes the namespaces.
+"""
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.results.metadata import utc_now
+from bench.results.rundir import RunDir
+from bench.simcluster.net import RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces
+
+RESULTS_LINE = re.compile(r"^# results: (.+)$")  # bench.harness.run.close_run prints it on rank 0
+KEPT_LINE = re.compile(r"finished cases are kept in (\S+?);")  # a failed or interrupted run
+STOP_GRACE_S = 10.0  # after SIGTERM, how long the agents get to stop their workers
+PEER_GRACE_S = 20.0  # after one node failed, how long the others get to fail on their own
+NOTE = ("simulated cluster: every node is a network namespace on this one host, with its own hostname and "
+        "network stack; links are rate-limited with tc tbf, with no added delay (netem is not available: "
+        "latency is a veth's, microseconds); all nodes share this host's CPU cores, memory and filesystem")
+
+
+class Stopped(Exception):
+    """SIGTERM / SIGHUP reached simcluster: tear down, exit 143 / 129."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def inner_argv(command: list[str]) -> list[str]:
+    """What torchrun runs, from the command after `--`: `distbench KIND ...` and `python -m MOD ...`
+    become `-m bench KIND ...` / `-m MOD ...`; a script `x.py ...` stays as it is."""
+    if not command:
+        raise BenchError("simcluster: no command after `--`; e.g. distbench simcluster --nodes 2 --link 500mbit "
+                         "-- distbench collectives -c all_reduce --sizes 1M")
+    head, rest = command[0], command[1:]
+    if Path(head).name == "distbench" or command[:3] == ["python", "-m", "bench"]:
+        rest = rest if Path(head).name == "distbench" else rest[2:]
+        if rest[:1] == ["simcluster"]:
+            raise BenchError("simcluster: the command inside a simulated cluster cannot be simcluster itself")
+        return ["-m", "bench", *rest]
+    if re.fullmatch(r"python[0-9.]*", Path(head).name) and len(rest) >= 2 and rest[0] == "-m":
+        return ["-m", *rest[1:]]
+    if head.endswith(".py"):
+        return command
+    raise BenchError(f"simcluster: cannot run '{head}' under torchrun; give `distbench KIND ...`, "
+                     "`python -m MODULE ...` or a script `path.py ...`")
+
+
+class SimCluster:
+    """The network and one torchrun per node. `with SimCluster(...) as c: c.start(argv); c.wait()`."""
+
+    def __init__(self, rates: list[int], ranks_per_node: int, python: str = sys.executable, out=None, err=None):
+        self.net = Network(rates)
+        self.ranks_per_node = ranks_per_node
+        self.python = python
+        self.out, self.err = out or sys.stdout, err or sys.stderr
+        self.procs: list[subprocess.Popen] = []
+        self.threads: list[threading.Thread] = []
+        self.run_dir: str | None = None
+        self.torchrun: list[list[str]] = []
+        self._lock = threading.Lock()
+        self.tmp: str | None = None
+
+    def __enter__(self):
+        try:
+            self.tmp = tempfile.mkdtemp(prefix=f"dbsc-{self.net.id}-")
+            self.hosts_file = Path(self.tmp) / "hosts"
+            # c10d's store listens on IPv6 and sees its peers as v4-mapped addresses: name those too
+            self.hosts_file.write_text("127.0.0.1 localhost\n::1 localhost\n" + "".join(
+                f"{n.address} {n.name}\n::ffff:{n.address} {n.name}\n" for n in self.net.nodes))
+            self.net.build()
+        except BaseException:  # a failed step or a signal halfway: delete what was made
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def node_argv(self, node, argv: list[str]) -> list[str]:
+        n = self.net.nodes
+        master = n[0]
+        # no --node-rank: c10d ignores it and orders the nodes by --local-addr (node i is group rank i)
+        torchrun = [self.python, "-m", "torch.distributed.run", "--nnodes", str(len(n)), "--nproc-per-node", str(self.ranks_per_node), "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", f"{master.address}:{RENDEZVOUS_PORT}", "--rdzv-id", f"simcluster-{self.net.id}",
+                    # node 0 hosts the rendezvous store (its hostname does not resolve: say it rather than look)
+                    "--rdzv-conf", f"is_host={int(node.index == 0)}",
+                    # c10d names each node by this address (MASTER_ADDR of the workers is node 0's)
+                    "--local-addr", node.address, "--max-restarts", "0", *argv]
+        self.torchrun.append(torchrun)
+        # /etc/hosts names every node: bound over the host's in the mount namespace `ip netns exec` made
+        script = (f"mount --bind {shlex.quote(str(self.hosts_file))} /etc/hosts 2>/dev/null; "
+                  f"hostname {node.name} && exec \"$@\"")
+        return ["ip", "netns", "exec", node.netns, "unshare", "--uts", "sh", "-c", script, "sh", *torchrun]
+
+    def env(self, node) -> dict:
+        return {**os.environ, "GLOO_SOCKET_IFNAME": node.ifname, "NCCL_SOCKET_IFNAME": node.ifname,
+                "DISTBENCH_SIMCLUSTER": self.net.id, "PYTHONUNBUFFERED": "1"}
+
+    def start(self, argv: list[str]):
+        for node in self.net.nodes:
+            p = subprocess.Popen(self.node_argv(node, argv), env=self.env(node), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+            self.procs.append(p)
+            prefix = "" if node.index == 0 else f"{node.name}| "
+            for stream, sink in ((p.stdout, self.out), (p.stderr, self.err)):
+                t = threading.Thread(target=self._pump, args=(stream, sink, prefix), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def _pump(self, stream, sink, prefix: str):
+        for line in stream:
+            m = RESULTS_LINE.match(line.rstrip("\n")) or KEPT_LINE.search(line)
+            if m:
+                self.run_dir = m.group(1).strip()
+            with self._lock:
+                sink.write(prefix + line)
+                sink.flush()
+
+    def wait(self) -> int:
+        """Every node's exit; after one node fails, the others get PEER_GRACE_S to end on their own.
+        The exit code: node 0's when it failed, else the first failing node's, else 0."""
+        failed_at = None
+        while any(p.poll() is None for p in self.procs):
+            codes = [p.poll() for p in self.procs]
+            if failed_at is None and any(c not in (None, 0) for c in codes):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
+                self.err.write("distbench: simcluster: a node failed; stopping the others\n")
+                self.stop_processes()
+                break
+            time.sleep(0.2)
+        for t in self.threads:
+            t.join(timeout=5)
+        codes = [p.wait() for p in self.procs]
+        return codes[0] if codes[0] else next((c for c in codes if c), 0)
+
+    def stop_processes(self):
+        live = [p for p in self.procs if p.poll() is None]
+        for p in live:
+            _signal_group(p.pid, signal.SIGTERM)
+        end = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < end and (any(p.poll() is None for p in live) or self.net.pids()):
+            time.sleep(0.1)
+        for p in live:
+            _signal_group(p.pid, signal.SIGKILL)
+        for _ in range(50):  # workers run in sessions of their own: whatever is still in a namespace
+            pids = self.net.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def close(self):
+        """Stop every process, delete every namespace (their links and qdiscs go with them)."""
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} \
+            if threading.current_thread() is threading.main_thread() else {}
+        try:
+            self.stop_processes()
+            problems = self.net.teardown()
+            if self.tmp:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+            left = leftover_namespaces(self.net.id)
+            for p in problems + [f"namespace {ns} is left; remove it with: ip netns del {ns}" for ns in left]:
+                self.err.write(f"distbench: simcluster: warning: {p}\n")
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def facts(self, command: list[str]) -> dict:
+        """meta.json's `simcluster` block."""
+        nodes = [{"name": n.name, "hostname": n.name, "namespace": n.netns, "interface": n.ifname,
+                  "address": n.address, "ranks": self.ranks_per_node, "link_rate_bits_s": n.rate_bits_s,
+                  "link_rate": format_rate(n.rate_bits_s)} for n in self.net.nodes]
+        return {"simulated": True, "note": NOTE, "host": socket.gethostname(), "host_cores": os.cpu_count(),
+                "nodes": nodes, "node_count": len(nodes), "ranks_per_node": self.ranks_per_node,
+                "world": len(nodes) * self.ranks_per_node, "added_delay_s": 0.0,
+                "delay": "none: netem is not available, only the rate is shaped",
+                "command_line": " ".join(shlex.quote(a) for a in command),
+                "torchrun": " ".join(shlex.quote(a) for a in self.torchrun[0]) if self.torchrun else "",
+                "recorded_utc": utc_now(), **self.net.facts()}
+
+
+def _signal_group(pid: int, sig):
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def mark_run(run_dir: str, facts: dict) -> bool:
+    """Add the `simcluster` block to the stored run's meta.json; False when there is no run there."""
+    rd = RunDir.at(run_dir)
+    if not rd.exists():
+        return False
+    rd.update_meta(lambda m: {**m, "simcluster": facts})
+    return True
+
+
+def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None, err=None) -> int:
+    """The whole command: build, run, record, tear down (on any exit). Exit code: the nodes'."""
+    argv = inner_argv(command)
+    err = err or sys.stderr
+
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    handlers = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    cluster = SimCluster(rates, ranks_per_node, out=out, err=err)
+    try:
+        with cluster:
+            err.write(f"distbench: simcluster {cluster.net.id}: {len(rates)} node(s) x {ranks_per_node} rank(s), "
+                      + ", ".join(f"{n.name}={format_rate(n.rate_bits_s)}" for n in cluster.net.nodes)
+                      + " (tbf, no added delay)\n")
+            err.flush()
+            cluster.start(argv)
+            code = cluster.wait()
+            if cluster.run_dir:
+                path = cluster.run_dir if os.path.isabs(cluster.run_dir) else os.path.join(os.getcwd(), cluster.run_dir)
+                if mark_run(path, cluster.facts(command)):
+                    err.write(f"distbench: simcluster: {cluster.run_dir}/meta.json records the simulated cluster\n")
+            return code
+    except KeyboardInterrupt:
+        err.write("distbench: simcluster: interrupted; the simulated cluster is torn down\n")
+        return 130
+    except Stopped as e:
+        err.write(f"distbench: simcluster: {e}; the simulated cluster is torn down\n")
+        return 128 + e.signum
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
