@@ -830,9 +830,14 @@ def test_target_p2p_maps_the_calibration_to_its_machine(tmp_path, capsys):
     held = stored(tmp_path, "held", [pl.Observation(**{**observe_linked("1f1b", 4).__dict__, "run_id": "held"})], two)
     assert main(["plan", str(cal), "--p2p", str(here), "--target-p2p", str(there), "--validate", str(held),
                  "--format", "json", "--out", str(tmp_path / "out")]) == 0
-    case = json.loads(capsys.readouterr().out)["cases"][0]
+    got = json.loads(capsys.readouterr().out)
+    case = got["cases"][0]
     far = "cpu AMD EPYC 7B13 (2 cores), gloo, 2 node(s)"
     assert (case["calibrated_on"], case["predicted_for"], case["measured_on"]) == (CPU_BOX, far, far)
+    assert case["predicted_step_s"] == pytest.approx(observe_linked("1f1b", 4, link=pl.Link(
+        alpha=2e-3, beta=1e8, source="there", sizes=(1024, 2**26))).step_s, rel=1e-5)  # with the target's link
+    rec = pd.read_parquet(Path(got["predictions_dir"]) / "plan_predictions.parquet").query("role == 'recommended'")
+    assert set(rec["predicted_for"]) == {far} and rec["extrapolated"].str.contains("p2p from there").all()
 
 
 def test_validate_writes_its_predictions_into_a_run_of_its_own_never_into_the_runs_it_reads(tmp_path, capsys):

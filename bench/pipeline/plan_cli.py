@@ -406,7 +406,8 @@ def _measure(args, suite_name: str, model: str | None) -> Path:
     return after
 
 
-def _store(cals: dict, held: list[pl.Observation], rows: list[dict], out, runs, to: str, how: str) -> Path:
+def _store(cals: dict, held: list[pl.Observation], rows: list[dict], out, runs, to: str, how: str,
+           target: pl.Link | None = None) -> Path:
     """A run directory of its own, <root>/plan/<run_id>/ (root: --out, else the first validation
     run's results root), never the measured runs it read: per validated run its cases' predictions
     beside the measurements, and the ranked recommendation for its mini-batch, as table
@@ -423,7 +424,8 @@ def _store(cals: dict, held: list[pl.Observation], rows: list[dict], out, runs, 
                               sorted({o.chunks for o in mine} | {1, 2, 4, 8, 16}), batch,
                               sorted({o.checkpoint for o in mine} & modes) or None, dps)
         there = mine[0].machine if mine[0].machine == to else ""
-        best, _ = pl.recommend([predict(cals, c, to=there, how=how if there else "") for c in cands])
+        wire = target if there and how == "--target-p2p" else None  # a run of the mapped machine: its link
+        best, _ = pl.recommend([predict(cals, c, link=wire, to=there, how=how if there else "") for c in cands])
         ids = {o.case_id for o in mine}
         for r in rows:
             if r["run_id"] == run_id and r["case_id"] in ids:
@@ -497,7 +499,7 @@ def _validate(cals: dict, held: list[pl.Observation], fmt: str, out=None, runs=(
                      "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": peak,
                      "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated,
                      "calibrated_on": p.calibrated_on, "predicted_for": p.predicted_for, "measured_on": o.machine})
-    where = _store(cals, held, rows, out, runs, to, how)
+    where = _store(cals, held, rows, out, runs, to, how, target)
     pooled = over_launches(rows)
     if fmt == "json":
         print(json.dumps({"prediction": True, "predictions_dir": str(where), "cases": rows, **_errors(rows),
