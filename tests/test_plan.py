@@ -758,8 +758,9 @@ GPU_BOX = f"{H100}, nccl, 1 node(s)"
 def test_calibration_cases_of_two_machines_are_refused():
     gpu = [pl.Observation(**{**o.__dict__, "machine": GPU_BOX, "run_id": "gpu"}) for o in CAL[:3]]
     cpu = [pl.Observation(**{**o.__dict__, "machine": CPU_BOX}) for o in CAL[3:]]
-    with pytest.raises(BenchError, match=re.escape(f"calibration runs were measured on different machines: "
-                                                   f"{GPU_BOX} (gpu); {CPU_BOX} (cal); calibrate on runs of one machine")):
+    want = f"calibration runs were measured on different machines: {GPU_BOX} (gpu); {CPU_BOX} (cal); " \
+           "calibrate on runs of one machine"
+    with pytest.raises(BenchError, match=re.escape(want)):
         pl.fit(gpu + cpu, order_of)
     assert pl.fit(cpu, order_of).machine == CPU_BOX
 

@@ -429,7 +429,8 @@ def _store(cals: dict, held: list[pl.Observation], rows: list[dict], out, runs, 
         ids = {o.case_id for o in mine}
         for r in rows:
             if r["run_id"] == run_id and r["case_id"] in ids:
-                keep = {k: v for k, v in r.items() if k not in ("step_error", "peak_error", "calibrated_on", "measured_on")}
+                keep = {k: v for k, v in r.items()
+                        if k not in ("step_error", "peak_error", "calibrated_on", "measured_on")}
                 out_rows.append({**keep, "role": "validation", "rank": 0, "measured_machine": r["measured_on"]})
         for i, p in enumerate(best[:5], 1):
             out_rows.append({"run_id": run_id, "case_id": "", "role": "recommended", "rank": i,
