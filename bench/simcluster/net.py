@@ -7,7 +7,7 @@ of its own (the switch), one veth link from each node to it, each link shaped wi
 Safety: every interface is created directly inside a namespace made here (`ip link add ... netns`),
 so nothing ever appears in the host's namespace; addresses (10.213.0.0/24) exist only on the node
 ends of those links; there is no default route, no NAT and no link to the host. All names carry
-one random id per invocation (`dbsc-<pid>-<hex>-...`), so two runs never collide, and `teardown`
+one id per invocation (`dbsc-<pid hex>x<random hex>-...`), so two runs never collide, and `teardown`
 deletes the namespaces (their links and qdiscs go with them) whatever happened before.
 
 Shaping: tbf on both ends of a node's link (node -> switch on the node's interface, switch ->
@@ -73,16 +73,17 @@ def tbf_burst_bytes(bits_s: int) -> int:
     return max(bits_s // 8 * 4 // 1000, 64 * 1024)
 
 
-def missing_tools(which=shutil.which) -> list[str]:
-    return [t for t in ("ip", "tc", "unshare") if which(t) is None]
+def missing_tools() -> list[str]:
+    return [t for t in ("ip", "tc", "unshare") if shutil.which(t) is None]
 
 
-def check_can_run(geteuid=os.geteuid, which=shutil.which):
+def check_can_run():
     """One-line refusal where namespaces cannot be made: not root, or ip / tc / unshare missing."""
-    if geteuid() != 0:
+    uid = os.geteuid()
+    if uid != 0:
         raise BenchError("simcluster needs root (CAP_NET_ADMIN) to create network namespaces and shape links; "
-                         f"this process runs as uid {geteuid()}; run it as root (e.g. sudo .venv/bin/distbench ...)")
-    missing = missing_tools(which)
+                         f"this process runs as uid {uid}; run it as root (e.g. sudo .venv/bin/distbench ...)")
+    missing = missing_tools()
     if missing:
         raise BenchError(f"simcluster needs {', '.join(missing)} on PATH (Debian: apt-get install -y iproute2 "
                          "util-linux); not found")
@@ -120,8 +121,23 @@ class Node:
 
 
 def new_id() -> str:
-    """Unique per invocation: 8 hex characters (interface names stay <= 11 characters)."""
-    return secrets.token_hex(4)
+    """Unique per invocation: this process's pid in hex, 'x', 4 random hex digits (at most 11
+    characters, so `n7-<id>` stays within an interface name's 15); the pid lets a later invocation
+    tell a namespace whose owner died (kill -9) from a live one (`remove_stale`)."""
+    return f"{os.getpid():x}x{secrets.token_hex(2)}"
+
+
+def owner_pid(netns: str) -> int | None:
+    m = re.match(rf"^{PREFIX}([0-9a-f]+)x[0-9a-f]+-", netns)
+    return int(m.group(1), 16) if m else None
+
+
+def _alive_owner(pid: int | None) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"simcluster" in f.read()
+    except (OSError, TypeError):
+        return False
 
 
 def _ip(*args, check=True) -> subprocess.CompletedProcess:
@@ -196,6 +212,24 @@ class Network:
                        "rate": format_rate(n.rate_bits_s), "qdisc": " ".join(n.tbf()),
                        "shaped": "both directions (tbf on both ends)", "added_delay_s": 0.0} for n in self.nodes],
         }
+
+
+def remove_stale() -> list[str]:
+    """Delete the namespaces of invocations that died without tearing down (kill -9): every
+    `dbsc-` namespace whose owner pid no longer runs simcluster, after killing what runs in it."""
+    removed = []
+    for ns in leftover_namespaces():
+        if _alive_owner(owner_pid(ns)):
+            continue
+        pids = _ip("ip", "netns", "pids", ns, check=False).stdout.split()
+        for pid in (int(p) for p in pids if p.isdigit()):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        if _ip("ip", "netns", "del", ns, check=False).returncode == 0:
+            removed.append(ns)
+    return removed
 
 
 def leftover_namespaces(id_: str | None = None) -> list[str]:

@@ -12,6 +12,7 @@ workers; then SIGKILL to anything left, found by `ip netns pids`, since torchrun
 sessions of their own) and deletes the namespaces.
 """
 
+import ctypes
 import os
 import re
 import shlex
@@ -28,7 +29,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.results.metadata import utc_now
 from bench.results.rundir import RunDir
-from bench.simcluster.net import RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces
+from bench.simcluster.net import RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces, remove_stale
 
 RESULTS_LINE = re.compile(r"^# results: (.+)$")  # bench.harness.run.close_run prints it on rank 0
 KEPT_LINE = re.compile(r"finished cases are kept in (\S+?);")  # a failed or interrupted run
@@ -80,6 +81,7 @@ class SimCluster:
         self.run_dir: str | None = None
         self.torchrun: list[list[str]] = []
         self._lock = threading.Lock()
+        self.stopping = False  # set when simcluster stops the nodes itself
         self.tmp: str | None = None
 
     def __enter__(self):
@@ -122,7 +124,8 @@ class SimCluster:
     def start(self, argv: list[str]):
         for node in self.net.nodes:
             p = subprocess.Popen(self.node_argv(node, argv), env=self.env(node), stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+                                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+                                 preexec_fn=_die_with_parent)
             self.procs.append(p)
             prefix = "" if node.index == 0 else f"{node.name}| "
             for stream, sink in ((p.stdout, self.out), (p.stderr, self.err)):
@@ -135,6 +138,8 @@ class SimCluster:
             m = RESULTS_LINE.match(line.rstrip("\n")) or KEPT_LINE.search(line)
             if m:
                 self.run_dir = m.group(1).strip()
+            if self.stopping and not line.startswith("distbench"):  # the agents' tracebacks of our SIGTERM
+                continue
             with self._lock:
                 sink.write(prefix + line)
                 sink.flush()
@@ -159,6 +164,7 @@ class SimCluster:
 
     def stop_processes(self):
         live = [p for p in self.procs if p.poll() is None]
+        self.stopping = self.stopping or bool(live)
         for p in live:
             _signal_group(p.pid, signal.SIGTERM)
         end = time.monotonic() + STOP_GRACE_S
@@ -212,6 +218,16 @@ class SimCluster:
                 "recorded_utc": utc_now(), **self.net.facts()}
 
 
+def _die_with_parent():
+    """In each node's process before exec: SIGKILL it when simcluster dies (kill -9), so no agent
+    is left; distbench's ranks die with their agent (bench.harness.rank), the namespaces are
+    removed by the next invocation (net.remove_stale)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def _signal_group(pid: int, sig):
     try:
         os.killpg(pid, sig)
@@ -237,6 +253,10 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
         raise Stopped(signum)
 
     handlers = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    stale = remove_stale()
+    if stale:
+        err.write(f"distbench: simcluster: removed {len(stale)} namespace(s) left by an invocation that was killed: "
+                  f"{', '.join(stale)}\n")
     cluster = SimCluster(rates, ranks_per_node, out=out, err=err)
     try:
         with cluster:
