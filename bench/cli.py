@@ -13,16 +13,17 @@ import sys
 import torch
 
 import bench.kinds  # noqa: F401  (registers every benchmark kind)
-from bench.report import cli as report_cli
-from bench.results import cli as results_cli
-from bench.results import history_cli
-from bench.overhead import cli as telemetry_cli
-from bench.pipeline import plan_cli
-from bench.simcluster import cli as simcluster_cli
+from bench import preflight
 from bench.allreduce import REGISTRY as ALGORITHMS
 from bench.collectives import REGISTRY as COLLECTIVES
 from bench.collectives.imports import cli as import_cli
-from bench import preflight
+from bench.overhead import cli as telemetry_cli
+from bench.pipeline import plan_cli
+from bench.regress import cli as regress_cli
+from bench.regress import history_cli
+from bench.report import cli as report_cli
+from bench.results import cli as results_cli
+from bench.simcluster import cli as simcluster_cli
 from bench.distributed.env import (check_world, gpu_layout, launcher_world, ranks_per_node, resolve_backend,
                                    select_device, torch_env)
 from bench.distributed.launch import launched_externally
@@ -35,7 +36,7 @@ from bench.strategies import REGISTRY as STRATEGIES
 from bench.suite import int_list, load_suite, resolve_suite
 
 # Subcommands that are not benchmark kinds: each module has add_parser(subparsers).
-COMMANDS = (telemetry_cli, report_cli, results_cli, history_cli, import_cli, plan_cli, simcluster_cli)
+COMMANDS = (telemetry_cli, report_cli, regress_cli, results_cli, history_cli, import_cli, plan_cli, simcluster_cli)
 
 
 def build_parser() -> Parser:

@@ -172,12 +172,12 @@ def test_every_import_inside_a_function_says_why_it_is_lazy():
 
 KIND_DIRS = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.pipeline")
 REGISTRY_MODULE = "bench.kinds"  # the one module that lists the kinds
-GENERIC = ("bench.harness", "bench.results", "bench.report", "bench.distributed", "bench.timing", "bench.telemetry",
+GENERIC = ("bench.harness", "bench.results", "bench.regress", "bench.report", "bench.distributed", "bench.timing", "bench.telemetry",
            "bench.preflight", "bench.kind", "bench.cli", "bench.options", "bench.suite", "bench.units", "bench.registry",
            "bench.errors", "bench.workloads", "bench.overhead", "bench.simcluster")
 # The layers that must not import a kind's folder (the CLI may: it lists the kinds; bench/overhead is
 # a benchmark of its own, timing one collective).
-KIND_BLIND = ("bench.harness", "bench.results", "bench.report", "bench.distributed", "bench.timing", "bench.telemetry",
+KIND_BLIND = ("bench.harness", "bench.results", "bench.regress", "bench.report", "bench.distributed", "bench.timing", "bench.telemetry",
               "bench.preflight", "bench.kind")
 
 
@@ -229,3 +229,14 @@ def test_every_module_is_generic_or_a_kinds():
     stray = sorted(m for m in MODULES if not _within(m, GENERIC + KIND_DIRS + (REGISTRY_MODULE, "bench.__main__"))
                    and m != "bench")
     assert stray == [], f"modules neither generic nor a kind's (add them to GENERIC or a kind folder): {stray}"
+
+
+@pytest.mark.parametrize("room,above", [
+    ("bench.results", ("bench.regress", "bench.report", "bench.harness")),  # storage knows no judge, no page
+    ("bench.regress", ("bench.report", "bench.harness")),  # judging reads runs; the report draws from it
+])
+def test_storage_then_judgement_then_report(room, above):
+    """bench/results stores and finds runs; bench/regress judges them; bench/report draws both.
+    Imports run that way only (inside functions too)."""
+    bad = sorted(f"{m} -> {i}" for m in MODULES if _within(m, (room,)) for i in imports(m) if _within(i, above))
+    assert bad == [], f"{room} imports a room above it:\n" + "\n".join(bad)

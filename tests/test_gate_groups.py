@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 
 from bench.errors import BenchError
-from bench.results import baseline as bl
-from bench.results import compare as cp
-from bench.results.compare import Rules, compare_rows
-from bench.results.gate import gate, gate_ab, settings_differences
+from bench.regress import baseline as bl
+from bench.regress import compare as cp
+from bench.regress.compare import Rules, compare_rows
+from bench.regress.gate import gate, gate_ab, settings_differences
 from bench.results.store import write_json, write_parquet
 from bench.timing import loop
 from conftest import ROOT
@@ -248,7 +248,7 @@ def _repo(tmp: Path) -> Path:
 def test_gate_against_rev_interleaves_in_a_temporary_worktree(tmp_path, monkeypatch):
     import subprocess
 
-    from bench.results import ab
+    from bench.regress import ab
     from test_compare_gate import TRUE, make_run, noisy
 
     repo = _repo(tmp_path)
@@ -283,7 +283,7 @@ def test_gate_against_rev_interleaves_in_a_temporary_worktree(tmp_path, monkeypa
 
 
 def test_gate_against_a_missing_rev_is_exit_3(tmp_path, monkeypatch):
-    from bench.results import ab
+    from bench.regress import ab
 
     monkeypatch.chdir(_repo(tmp_path))
     v = ab.gate_against("0123456789abcdef0123456789abcdef01234567", "suites/smoke.toml", pairs=3,
@@ -292,7 +292,7 @@ def test_gate_against_a_missing_rev_is_exit_3(tmp_path, monkeypatch):
 
 
 def test_gate_against_cli_usage_errors(tmp_path, monkeypatch, capsys):
-    from bench.results import cli as rcli
+    from bench.regress import cli as rcli
     import argparse
 
     monkeypatch.chdir(_repo(tmp_path))

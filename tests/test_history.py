@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from bench.results import baseline as bl
-from bench.results import bisect as bs
-from bench.results import history as hs
+from bench.regress import baseline as bl
+from bench.regress import bisect as bs
+from bench.regress import history as hs
 from bench.results import index as ix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -276,7 +276,7 @@ def test_bisect_names_the_commit_five_back_and_leaves_the_repo_as_it_was(tmp_pat
 def test_an_arm_finds_its_own_tree_not_the_bisect_worktree(tmp_path, monkeypatch):
     """`git bisect run` in a linked worktree exports GIT_DIR (that worktree's); an arm launched in
     GOOD's tree with it would record the tested commit, dirty, as its git_sha. Each arm drops it."""
-    from bench.results import ab
+    from bench.regress import ab
     from bench.results.metadata import git_info
 
     repo = tmp_path / "repo"
@@ -351,7 +351,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 import bench_index as gen
 import bench.kinds
-from bench.results import bisect as bs, history as hs
+from bench.regress import bisect as bs, history as hs
 
 def run(kind, suite, out, cwd=None, env=None, ok_codes=(0,)):
     slow = (Path(cwd) / "SLOW").exists()

@@ -369,19 +369,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
 def test_validate_without_runs_measures_the_held_out_suite_first(tmp_path, capsys, monkeypatch):
     """--validate alone launches `distbench pipeline --suite plan-validate --model <calibrated>`
     and validates on the run it wrote (the launch is faked: it writes a held-out run)."""
-    from bench.pipeline import plan_cli
+    from bench.regress import launch as launch_mod
 
     cal = stored(tmp_path, "cal", CAL)
     calls = []
 
-    def launch(cmd):
+    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout)
         calls.append(cmd)
         out = tmp_path / "out" / "plan-validate"
         out.mkdir(parents=True)
-        stored(out, "20261204T000000Z-held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
-        return 0
+        d = stored(out, "20261204T000000Z-held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+        return 0, f"# results: {d}\n"
 
-    monkeypatch.setattr(plan_cli.subprocess, "call", launch)
+    monkeypatch.setattr(launch_mod, "_run", launch)
     assert main(["plan", str(cal), "--validate", "--out", str(tmp_path / "out")]) == 0
     assert calls[0][2:5] == ["bench", "pipeline", "--suite"] and calls[0][-4:] == ["--model", "mlp-pipe", "--out",
                                                                                  str(tmp_path / "out")]
@@ -468,19 +468,19 @@ def test_one_validation_launch_has_no_over_launches_view(tmp_path, capsys):
 
 
 def test_launches_measures_that_many_validation_launches(tmp_path, capsys, monkeypatch):
-    from bench.pipeline import plan_cli
+    from bench.regress import launch as launch_mod
 
     cal = stored(tmp_path, "cal4", [o for o in CAL if o.chunks != 4])
     calls = []
 
-    def launch(cmd):
+    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout)
         calls.append(cmd)
         out = tmp_path / "out" / "plan-validate"
         out.mkdir(parents=True, exist_ok=True)
-        held_run(out, f"20261204T00000{len(calls)}Z-held", 1.0)
-        return 0
+        d = held_run(out, f"20261204T00000{len(calls)}Z-held", 1.0)
+        return 0, f"# results: {d}\n"
 
-    monkeypatch.setattr(plan_cli.subprocess, "call", launch)
+    monkeypatch.setattr(launch_mod, "_run", launch)
     assert main(["plan", str(cal), "--validate", "--launches", "2", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert len(calls) == 2 and "(2 configuration(s))" in out
@@ -496,19 +496,19 @@ def test_launches_below_one_is_refused_before_anything_runs(tmp_path, capsys):
 def test_calibrate_measures_the_calibration_first_and_pools_its_launches(tmp_path, capsys, monkeypatch):
     """--calibrate launches `distbench pipeline --suite plan-calibrate --model M` (--launches times,
     pooled) before planning; the launches are faked: each writes a calibration run."""
-    from bench.pipeline import plan_cli
+    from bench.regress import launch as launch_mod
 
     calls = []
 
-    def launch(cmd):
+    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout)
         calls.append(cmd)
         out = tmp_path / "out" / "plan-calibrate"
         out.mkdir(parents=True, exist_ok=True)
         name = f"20261204T00000{len(calls)}Z-cal"
-        stored(out, name, [pl.Observation(**{**o.__dict__, "run_id": name}) for o in CAL])
-        return 0
+        d = stored(out, name, [pl.Observation(**{**o.__dict__, "run_id": name}) for o in CAL])
+        return 0, f"# results: {d}\n"
 
-    monkeypatch.setattr(plan_cli.subprocess, "call", launch)
+    monkeypatch.setattr(launch_mod, "_run", launch)
     assert main(["plan", "--calibrate", "--model", "mlp-pipe", "--launches", "2", "--out", str(tmp_path / "out"),
                  "--schedules", "gpipe,1f1b", "--chunks", "2,4,8"]) == 0
     assert len(calls) == 2 and calls[0][2:5] == ["bench", "pipeline", "--suite"]
@@ -524,9 +524,9 @@ def test_calibrate_measures_the_calibration_first_and_pools_its_launches(tmp_pat
     (["plan", "{cal}", "--validate", "--validate-suite", "nope"], "nope"),
 ])
 def test_calibrate_refusals_come_before_any_launch(tmp_path, capsys, monkeypatch, argv, message):
-    from bench.pipeline import plan_cli
+    from bench.regress import launch as launch_mod
 
-    monkeypatch.setattr(plan_cli.subprocess, "call", lambda cmd: pytest.fail(f"launched {cmd}"))
+    monkeypatch.setattr(launch_mod, "_run", lambda cmd, **kw: pytest.fail(f"launched {cmd}"))
     cal = stored(tmp_path, "cal", CAL)
     argv = [a.format(cal=cal) for a in argv]
     assert main(argv) == 2
@@ -629,23 +629,23 @@ def test_calibrate_and_validate_interleave_their_launches_abba(tmp_path, capsys,
     """--calibrate --validate --launches 2 measures calibrate, validate, validate, calibrate (A B B A):
     a host that drifts linearly over the launches drifts the same for both, so the calibration is
     not a launch older than what it is judged on. Every launch measures the calibrated model."""
-    from bench.pipeline import plan_cli
+    from bench.regress import launch as launch_mod
 
     calls = []
 
-    def launch(cmd):
+    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout)
         calls.append(cmd)
         suite = Path(cmd[cmd.index("--suite") + 1]).stem
         out = tmp_path / "out" / suite
         out.mkdir(parents=True, exist_ok=True)
         name = f"20261204T00000{len(calls)}Z-{suite}"
         if suite == "plan-calibrate":
-            stored(out, name, [pl.Observation(**{**o.__dict__, "run_id": name}) for o in CAL if o.chunks != 4])
+            d = stored(out, name, [pl.Observation(**{**o.__dict__, "run_id": name}) for o in CAL if o.chunks != 4])
         else:
-            held_run(out, name, 1.0)
-        return 0
+            d = held_run(out, name, 1.0)
+        return 0, f"# results: {d}\n"
 
-    monkeypatch.setattr(plan_cli.subprocess, "call", launch)
+    monkeypatch.setattr(launch_mod, "_run", launch)
     assert main(["plan", "--calibrate", "--model", "mlp-pipe", "--validate", "--launches", "2",
                  "--out", str(tmp_path / "out")]) == 0
     assert [Path(c[c.index("--suite") + 1]).stem for c in calls] == \

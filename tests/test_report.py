@@ -12,8 +12,8 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.report import runs as runs_mod
 from bench.report.html import build_report
+from bench.results import runs as runs_mod
 from bench.results.store import load_run
 from tests import report_fixtures as fx
 
@@ -140,9 +140,9 @@ def test_baseline_overlay_and_gate_section(stored, tmp_path):
     text = " ".join(page.text)
     assert "Baseline: baseline collectives/20251201T000000Z-base01" in text
     try:
-        import bench.results.gate  # noqa: F401 - built separately; the report must work without it
+        import bench.regress.gate  # noqa: F401 - built separately; the report must work without it
     except ImportError:
-        assert "bench.results.gate" in text and "not installed" in text
+        assert "bench.regress.gate" in text and "not installed" in text
     else:  # a verdict (a plain run dir is no recorded baseline: 'not-comparable', said so) or the gate's failure
         assert "collectives/20260101T000000Z-coll01 vs baseline" in text or "gate failed" in text
 

@@ -9,7 +9,7 @@ from telemetry_fakes import fake_nvml, three_gpus
 from test_compare_gate import TRUE, make_baseline, make_run
 from test_gate_groups import _launches
 
-from bench.results.gate import gate, gate_ab
+from bench.regress.gate import gate, gate_ab
 from bench.telemetry import nvml
 from bench.telemetry.summary import THROTTLED_SHARE, summarize
 

@@ -259,7 +259,7 @@ def main(argv=None) -> int:
             import importlib
 
             fp = importlib.import_module("bench.results.fingerprint")
-            bl = importlib.import_module("bench.results.baseline")
+            bl = importlib.import_module("bench.regress.baseline")
             try:
                 base = bl.find(root, fp.of_this_machine([2]))
             except Exception as e:  # noqa: BLE001 - reported in the table

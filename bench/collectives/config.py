@@ -6,11 +6,11 @@ import torch
 
 from bench.collectives import REGISTRY
 from bench.errors import BenchError, unknown
-from bench.results.gate import parse_min_busbw
+from bench.regress.gate import parse_min_busbw
+from bench.suite import RunConfig, at_least
 from bench.timing.loop import MODES
 from bench.timing.stats import RANK_REDUCTIONS
 from bench.units import dtype_name, parse_dtype, parse_op, parse_size, size_sweep, sweep_sizes
-from bench.suite import RunConfig, at_least
 
 PLACEMENTS = ("out-of-place", "in-place")
 

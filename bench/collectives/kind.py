@@ -9,23 +9,23 @@ from dataclasses import dataclass
 import torch
 
 from bench.collectives import REGISTRY, Ctx
+from bench.collectives import probe
 from bench.collectives.base import wrong_elements
 from bench.collectives.config import CaseSpec, CollectivesConfig, expand
-from bench.collectives import probe
-from bench.errors import BenchError
 from bench.collectives.memory import MEMORY
 from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
-from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
+from bench.errors import BenchError
 from bench.harness.rows import timed_tables
+from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
 from bench.options import overrides
+from bench.regress.gate import min_busbw_failures, parse_min_busbw
 from bench.report.summaries import collectives_summary
 from bench.report.terminal import CollectivesLive
-from bench.results.gate import min_busbw_failures, parse_min_busbw
 from bench.results.rundir import RunDir
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop
-from bench.timing.stats import rank_reduce_for
 from bench.timing.profile import profile_ops, relative, size_note, size_profiled, trace_file
+from bench.timing.stats import rank_reduce_for
 from bench.timing.timers import sync
 from bench.units import parse_dtype
 

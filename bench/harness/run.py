@@ -28,7 +28,7 @@ from bench.errors import BenchError
 from bench.kind import Kind, Plan
 from bench.harness.rank import CASE_TIMEOUT_EXIT, worker_main
 from bench.results.metadata import git_info, new_run_id, utc_now
-from bench.results.rundir import RunDir
+from bench.results.rundir import RESULTS_LINE, RunDir
 from bench.results.store import RunWriter, load_run
 
 INTERRUPTED_EXIT = 130
@@ -269,7 +269,7 @@ def close_run(kind: Kind, cfg, out_dir, wrong: int) -> int:
     text = kind.report.summary(run_)
     if text:
         print(text, flush=True)
-    print(f"# results: {out_dir}", flush=True)
+    print(f"{RESULTS_LINE}{out_dir}", flush=True)
     for p in run_.problems:
         print(f"distbench: warning: {p}", file=sys.stderr)
     failed = kind.acceptance(run_, cfg) if kind.acceptance else []

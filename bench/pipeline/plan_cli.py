@@ -5,7 +5,6 @@ prints is a prediction and says so)."""
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,11 +13,12 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
+from bench.regress.launch import interleaved, run_suite
 from bench.results.fingerprint import of_run
 from bench.results.metadata import new_run_id, utc_now
 from bench.results.rundir import RunDir, read_meta, write_json
 from bench.results.schema import SCHEMA_VERSION, conform
-from bench.results.store import latest_run, load_run, write_parquet
+from bench.results.store import load_run, write_parquet
 from bench.suite import resolve_suite, tomllib
 from bench.strategies import schedules as scheds
 from bench.strategies.pp import CHECKPOINTS
@@ -379,8 +379,7 @@ def _launches(args, given: list[pl.Observation]) -> tuple[list[Path], list[Path]
     model = args.model or (given[0].model if given else None)
     if both and model is None:
         model = tomllib.loads(resolve_suite(args.calibrate_suite, "pipeline").read_text()).get("model")
-    order = ([s for i in range(args.launches) for s in (("C", "V") if i % 2 == 0 else ("V", "C"))] if both
-             else ["C"] * args.launches)
+    order = interleaved(args.launches, "C", "V") if both else ["C"] * args.launches
     suites = {"C": args.calibrate_suite, "V": args.validate_suite}
     if both:
         print("plan: launch order (A B B A): " + ", ".join(
@@ -391,19 +390,12 @@ def _launches(args, given: list[pl.Observation]) -> tuple[list[Path], list[Path]
 
 def _measure(args, suite_name: str, model: str | None) -> Path:
     """Run a planner suite (`distbench pipeline --suite S [--model M] --out OUT`, a launch of its
-    own, its output shown as it runs); returns the new run directory."""
+    own, its output shown as it runs); returns the run directory it wrote."""
     suite = resolve_suite(suite_name, "pipeline")
     name = tomllib.loads(suite.read_text()).get("name", suite.stem)
-    out = args.out or "results"
-    before = latest_run(out, name)
-    cmd = [sys.executable, "-m", "bench", "pipeline", "--suite", str(suite), *(["--model", model] if model else []),
-           "--out", out]
-    print(f"plan: measuring {name}: {' '.join(cmd[1:])}", flush=True)
-    rc = subprocess.call(cmd)
-    after = latest_run(out, name)
-    if rc != 0 or after is None or after == before:
-        raise BenchError(f"the {name} launch ({' '.join(cmd[2:])}) failed with exit code {rc}; nothing to plan on")
-    return after
+    print(f"plan: measuring {name}", flush=True)
+    return run_suite("pipeline", suite, args.out or "results", ["--model", model] if model else [], timeout_s=None,
+                     stream=True)
 
 
 def _store(cals: dict, held: list[pl.Observation], rows: list[dict], out, runs, to: str, how: str,

@@ -7,7 +7,7 @@ base revision REV is checked out in a temporary git worktree and both revisions 
 fresh launches on this machine, interleaved over P pairs (A B, B A, A B, ...), with the same python and
 venv (PYTHONPATH points at REV's tree, so `python -m bench` imports REV's code). The base only
 needs `python -m bench <kind> --suite FILE --out DIR`, so a REV older than this option works.
-Then bench.results.gate.gate_ab judges the candidate's launches against the base's.
+Then bench.regress.gate.gate_ab judges the candidate's launches against the base's.
 
 DISTBENCH_TEST_SLOWDOWN (test only, bench/timing/loop.py) is given to the candidate's launches only.
 """
@@ -23,9 +23,10 @@ from typing import Callable
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.results import baseline as bl
-from bench.results.compare import Rules
-from bench.results.gate import NOT_COMPARABLE, Verdict, gate_ab
+from bench.regress import baseline as bl
+from bench.regress.compare import Rules
+from bench.regress.gate import NOT_COMPARABLE, Verdict, gate_ab
+from bench.regress.launch import interleaved
 from bench.results.store import load_run
 
 DEFAULT_PAIRS = 5  # 10 launches of the smoke suite: about 4 minutes on 2 cores
@@ -80,15 +81,12 @@ def run_pairs(kind: str, suite, tree: Path, pairs: int, out: Path, log=print,
     rel = suite.relative_to(Path.cwd().resolve()) if suite.is_relative_to(Path.cwd().resolve()) else None
     base_suite = tree / rel if rel is not None and (tree / rel).exists() else suite  # REV's own copy when it has one
     a, b = [], []
-    for p in range(pairs):
-        # A B, B A, A B, ...: each revision goes first in half the pairs, so a position effect (the
-        # second launch of a pair running on a warmer or busier machine) and linear drift cancel
-        for arm in (("base", "candidate") if p % 2 == 0 else ("candidate", "base")):
-            log(f"# gate A/B pair {p + 1}/{pairs}: {arm}")
-            if arm == "base":
-                a.append(run(kind, base_suite, out / "base", cwd=tree, env=arm_env(tree), ok_codes=(0, 1)))
-            else:
-                b.append(run(kind, suite, out / "candidate", env=arm_env(None), ok_codes=(0, 1)))
+    for i, arm in enumerate(interleaved(pairs, "base", "candidate")):
+        log(f"# gate A/B pair {i // 2 + 1}/{pairs}: {arm}")
+        if arm == "base":
+            a.append(run(kind, base_suite, out / "base", cwd=tree, env=arm_env(tree), ok_codes=(0, 1)))
+        else:
+            b.append(run(kind, suite, out / "candidate", env=arm_env(None), ok_codes=(0, 1)))
     return a, b
 
 

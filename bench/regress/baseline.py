@@ -16,9 +16,6 @@ a generation to the history and never drop an old one.
 
 import json
 import math
-import re
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +23,9 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.regress.launch import run_suite  # noqa: F401  (bl.run_suite: what the gate and its tests call)
+from bench.regress.compare import Rules, compare_rows, normalize_kind, public
 from bench.results import fingerprint as fp
-from bench.results.compare import Rules, compare_rows, normalize_kind, public
 from bench.results.metadata import utc_now
 from bench.results.schema import SCHEMA_VERSION, conform
 from bench.results.store import load_run, write_json, write_parquet
@@ -220,27 +218,6 @@ def toml_text(values: dict) -> str:
         return json.dumps(str(v))
 
     return "".join(f"{k} = {lit(v)}\n" for k, v in values.items() if v is not None)
-
-
-def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float = 900, quiet: bool = True,
-              ok_codes=(0,), cwd=None, env=None) -> Path:
-    """`python -m bench <kind> --suite S --out OUT [extra]` in a fresh process; the run directory.
-    ok_codes: exit codes accepted (the gate accepts 1, wrong results, and fails on them itself).
-    cwd / env: where and with what environment (the A/B gate runs another revision's tree)."""
-    cmd = [sys.executable, "-m", "bench", kind, "--suite", str(suite_path), "--out", str(out), *extra_args]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"`{' '.join(cmd)}` did not finish in {timeout_s:.0f} s") from None
-    found = re.findall(r"^# results: (.+)$", proc.stdout, flags=re.M)
-    if not quiet:
-        sys.stderr.write(proc.stdout[-4000:])
-    if not found or proc.returncode not in ok_codes:
-        tail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
-        what = "without a results directory" if not found else "(a failed run cannot be used)"
-        raise BenchError(f"`{' '.join(cmd)}` exited {proc.returncode} {what}: {tail}")
-    found = Path(found[-1].strip())
-    return found if found.is_absolute() or cwd is None else Path(cwd) / found
 
 
 def record(suite_path, repeats: int, root=DEFAULT_ROOT, out="results", rules=None, log=print) -> Path:

@@ -1,7 +1,7 @@
 """`distbench bisect GOOD BAD --suite S --case C | --group G`: the first commit where it got slower.
 
 Like asv's `asv find`, this is a binary search over commits, but each step is a same-machine A/B
-(the gate's `--against`, bench.results.ab): fresh launches of the suite for GOOD and for the commit
+(the gate's `--against`, bench.regress.ab): fresh launches of the suite for GOOD and for the commit
 under test, interleaved over P pairs (A B, B A, ...) with the same python and venv, each revision's
 code imported from its own temporary git worktree (PYTHONPATH), so a slower host cannot pass for
 a slower commit. The search itself is `git bisect run` in another temporary worktree: the user's
@@ -39,17 +39,18 @@ import pandas as pd
 
 import bench
 from bench.errors import BenchError
-from bench.results import ab
-from bench.results import baseline as bl
+from bench.regress import ab
+from bench.regress import baseline as bl
+from bench.regress.compare import normalize_kind, reading
+from bench.regress.history import Target, _geomeans, _match
+from bench.regress.launch import interleaved
 from bench.results import index as ix
-from bench.results.compare import normalize_kind, reading
-from bench.results.history import Target, _geomeans, _match
 from bench.results.store import load_run
 
 DEFAULT_PAIRS = 3
 DEFAULT_MIN_RATIO = 1.10
 GOOD, BAD, SKIP = 0, 1, 125
-STEP_COMMAND = "bisect-step"  # `distbench bisect-step SPEC`: what git bisect run calls (bench.results.history_cli)
+STEP_COMMAND = "bisect-step"  # `distbench bisect-step SPEC`: what git bisect run calls (bench.regress.history_cli)
 
 
 @dataclass
@@ -130,12 +131,11 @@ def measure(kind: str, suite_rel: Path | None, suite_abs: Path, good_tree: Path,
         return tree / suite_rel if suite_rel is not None and (tree / suite_rel).exists() else suite_abs
 
     a, b = [], []
-    for p in range(pairs):
-        for arm in (("good", "cand") if p % 2 == 0 else ("cand", "good")):
-            log(f"# bisect {sha[:12]}: pair {p + 1}/{pairs}: {'GOOD' if arm == 'good' else 'this commit'}")
-            tree = good_tree if arm == "good" else cand_tree
-            d = run(kind, suite_in(tree), out, cwd=tree, env=ab.arm_env(tree), ok_codes=(0, 1))
-            (a if arm == "good" else b).append(load_run(d))
+    for i, arm in enumerate(interleaved(pairs, "good", "cand")):
+        log(f"# bisect {sha[:12]}: pair {i // 2 + 1}/{pairs}: {'GOOD' if arm == 'good' else 'this commit'}")
+        tree = good_tree if arm == "good" else cand_tree
+        d = run(kind, suite_in(tree), out, cwd=tree, env=ab.arm_env(tree), ok_codes=(0, 1))
+        (a if arm == "good" else b).append(load_run(d))
     rows = pd.concat([r["results"] for r in a + b], ignore_index=True)
     values = _value(rows, target)
     ratios = []

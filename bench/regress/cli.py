@@ -1,4 +1,4 @@
-"""`distbench compare`, `distbench baseline`, `distbench gate`, `distbench export`: read stored runs.
+"""`distbench compare`, `distbench baseline`, `distbench gate`: judge stored runs.
 
 Exit codes: 0 pass, 1 confirmed regression or wrong results (gate), 2 usage error (BenchError),
 3 no comparable baseline (gate). docs/gate.md describes the rule.
@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError, unknown
-from bench.results import ab
-from bench.results import baseline as bl
+from bench.regress import ab
+from bench.regress import baseline as bl
+from bench.regress import gate as gt
+from bench.regress.compare import Rules, compare_rows, normalize_kind, reading, render
 from bench.results import fingerprint as fp
-from bench.results import gate as gt
-from bench.results.compare import Rules, compare_rows, normalize_kind, reading, render
-from bench.results.export import to_pytest_benchmark
+from bench.results.cli import _dir, _output_file
 from bench.results.rundir import read_meta
 from bench.results.store import load_run
 from bench.suite import tomllib
@@ -24,7 +24,7 @@ FORMATS = ("table", "markdown", "json")
 
 
 def add_parser(sub):
-    """Adds compare, baseline (record / update), gate and export."""
+    """Adds compare, baseline (record / update) and gate."""
     p = sub.add_parser("compare", help="compare two runs (or a baseline and a run) case by case")
     p.add_argument("a", metavar="A", help="baseline side: a run directory or a baseline directory")
     p.add_argument("b", metavar="B", help="current side: a run directory (or a baseline directory)")
@@ -65,12 +65,6 @@ def add_parser(sub):
     g.add_argument("--pairs", type=int, default=None, help="A/B launch pairs (default 5; with --against)")
     g.set_defaults(func=cmd_gate)
 
-    e = sub.add_parser("export", help="export a run in another tool's format")
-    e.add_argument("run", metavar="RUN", help="run directory")
-    e.add_argument("--format", default="pytest-benchmark", help="pytest-benchmark (saved-run JSON)")
-    e.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
-    e.set_defaults(func=cmd_export)
-
 
 def _format(fmt: str) -> str:
     if fmt not in FORMATS:
@@ -78,36 +72,10 @@ def _format(fmt: str) -> str:
     return fmt
 
 
-def _dir(path, what: str) -> Path:
-    """A run or baseline directory given on the command line; what is wrong with it first."""
-    p = Path(path)
-    if not p.exists():
-        raise BenchError(f"{what} '{path}' does not exist; give a run directory (results/<suite>/<run_id>) "
-                         "or a baseline directory")
-    if not p.is_dir():
-        raise BenchError(f"{what} '{path}' is a file, not a run or baseline directory")
-    if not (p / "meta.json").exists():
-        raise BenchError(f"{what} '{path}' is not a run or baseline directory (no meta.json)")
-    if not (p / "meta.json").is_file():
-        raise BenchError(f"{what} '{path}': its meta.json is not a file; the run cannot be read")
-    return p
-
-
 def _readable(run, path) -> None:
     """A run with no results rows because a file cannot be read: say which file (the real problem)."""
     if ("results" not in run.tables or run["results"].empty) and run.problems:
         raise BenchError(f"run '{path}' cannot be read: {run.problems[0]}")
-
-
-def _output_file(path, what: str):
-    """An output file's place is writable (checked before any work), or one BenchError naming it."""
-    p = Path(path)
-    if p.is_dir():
-        raise BenchError(f"{what} '{path}' is a directory; give a file name")
-    if not p.parent.is_dir():
-        raise BenchError(f"{what} '{path}': its directory '{p.parent}' does not exist or is not a directory")
-    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise BenchError(f"{what} '{path}' cannot be written (permission denied)")
 
 
 def _rows(path):
@@ -276,21 +244,3 @@ def _suite_worlds(path) -> list[int]:
 
 def _suite_backend(path) -> str | None:
     return _suite_raw(path).get("backend")
-
-
-def cmd_export(args) -> int:
-    if args.format != "pytest-benchmark":
-        raise unknown("export format", args.format, ("pytest-benchmark",))
-    if args.output:
-        _output_file(args.output, "-o")
-    doc = to_pytest_benchmark(_dir(args.run, "RUN"))
-    text = json.dumps(doc, indent=4) + "\n"
-    if args.output:
-        try:
-            Path(args.output).write_text(text)
-        except OSError as e:
-            raise BenchError(f"-o '{args.output}' cannot be written ({e.strerror or type(e).__name__})") from None
-        print(f"# exported {len(doc['benchmarks'])} benchmark(s) to {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0

@@ -1,5 +1,5 @@
 """The regression gate: a current run against a stored baseline, with a confirmation re-run;
-and gate_ab, the same rule on two revisions' interleaved launches on one machine (bench.results.ab).
+and gate_ab, the same rule on two revisions' interleaved launches on one machine (bench.regress.ab).
 
     verdict = gate(baseline_dir, run_dir)      # baseline_dir: one baseline, or a root of them
     verdict.exit_code                          # 0 pass, 1 confirmed regression / wrong, 3 not comparable
@@ -10,7 +10,7 @@ Steps (docs/gate.md):
    baseline must be of this schema version, of the same kind, measured with the same settings
    (settings_differences: mode, blocking, budget, iterations, dtype, NCCL_*, versions, driver),
    and share at least one case. Otherwise exit 3 with the reason (each differing field named).
-2. Compare (bench.results.compare: each launch's common factor taken out; the launch factor, each
+2. Compare (bench.regress.compare: each launch's common factor taken out; the launch factor, each
    group and each case judged on its own band and tolerance; `unstable` cannot fail on its own).
 3. Any current row with `wrong` > 0: exit 1 at once (no confirmation needed).
 4. Flagged cases (case regressions, and every case of a metric whose launch factor or a group
@@ -33,9 +33,9 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.kind import KINDS
-from bench.results import baseline as bl
+from bench.regress import baseline as bl
 from bench.results import fingerprint as fp
-from bench.results.compare import (AGGREGATED, DECIDABLE, Comparison, Rules, _keyed, compare_rows, key_columns,
+from bench.regress.compare import (AGGREGATED, DECIDABLE, Comparison, Rules, _keyed, compare_rows, key_columns,
                                     normalize_kind, public, reading, render_cases, render_groups, render_kinds,
                                     with_confirmation)
 from bench.results.schema import SCHEMA_VERSION

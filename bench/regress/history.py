@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError, unknown
+from bench.regress.compare import Rules, group_label, normalize_kind, reading
 from bench.results import index as ix
-from bench.results.compare import Rules, group_label, normalize_kind, reading
 from bench.results.fingerprint import Fingerprint
 from bench.units import parse_size
 

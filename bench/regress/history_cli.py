@@ -56,7 +56,7 @@ def _format(fmt: str) -> str:
 
 
 def cmd_history(args) -> int:
-    from bench.results import history as hs  # lazy: duckdb and asv only when asked
+    from bench.regress import history as hs  # lazy: duckdb and asv only when asked
 
     fmt = _format(args.format)
     target = hs.Target.parse(args.case, args.group)
@@ -67,7 +67,7 @@ def cmd_history(args) -> int:
                    metric=args.metric, threshold=threshold)
     sys.stdout.write(hs.to_text(h) if fmt == "table" else hs.to_json(h))
     if args.out:
-        from bench.report.plots.history import plot_history  # lazy: matplotlib only for a plot
+        from bench.regress.history_plot import plot_history  # lazy: matplotlib only for a plot
 
         png = plot_history(h, Path(args.out) / "history.png")
         print(f"# plot: {png}", file=sys.stderr)
@@ -75,8 +75,8 @@ def cmd_history(args) -> int:
 
 
 def cmd_bisect(args) -> int:
-    from bench.results import bisect as bs  # lazy: duckdb only when asked
-    from bench.results import history as hs  # lazy: duckdb and asv only when asked
+    from bench.regress import bisect as bs  # lazy: duckdb only when asked
+    from bench.regress import history as hs  # lazy: duckdb and asv only when asked
 
     target = hs.Target.parse(args.case, args.group)
     pairs = bs.DEFAULT_PAIRS if args.pairs is None else args.pairs
@@ -90,6 +90,6 @@ def cmd_bisect(args) -> int:
 
 
 def cmd_bisect_step(args) -> int:
-    from bench.results import bisect as bs  # lazy: duckdb only when asked
+    from bench.regress import bisect as bs  # lazy: duckdb only when asked
 
     return bs.main(args.spec)

@@ -65,7 +65,7 @@ def writable_dir(path: Path, what: str):
 
 
 def _default_out(dirs: list[Path]) -> Path:
-    from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
+    from bench.results import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
 
     kinds = list(dict.fromkeys(runs_mod.kind_of(runs_mod.read_meta(d)) for d in dirs))
     newest = max((d.name for d in dirs), default=datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
@@ -73,7 +73,7 @@ def _default_out(dirs: list[Path]) -> Path:
 
 
 def cmd_report(args) -> int:
-    from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
+    from bench.results import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
 
     dirs = [runs_mod.resolve_run_dir(d) for d in args.runs]
     base = [runs_mod.resolve_run_dir(d) for d in args.baseline]
@@ -145,7 +145,7 @@ def render_table(run, table: str | None) -> str:
 
 
 def cmd_show(args) -> int:
-    from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
+    from bench.results import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
 
     fmt = str(args.format).lower()
     if fmt not in FORMATS:
@@ -182,7 +182,7 @@ def add_index_filters(r):
 
 
 def cmd_runs(args) -> int:
-    from bench.report import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
+    from bench.results import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
     from bench.results import index as ix  # lazy: the index loads duckdb; not at CLI start-up
 
     kind = None

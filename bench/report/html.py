@@ -5,7 +5,6 @@ The page is one Jinja2 template (package data, autoescaped) with inline CSS and 
 resource, so it opens from the file system without a network.
 """
 
-import importlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,12 +13,12 @@ import jinja2
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.report import runs as runs_mod
 from bench.kind import KINDS
 from bench.report.plots import telemetry
 from bench.report.plots.common import Section
-from bench.report.plots.history import history_section
 from bench.report.plots.data import Entry
+from bench.report.plots.history import history_section
+from bench.results import runs as runs_mod
 from bench.results.store import load_run
 
 
@@ -135,17 +134,10 @@ def _labels(dirs: list[Path]) -> list[str]:
 
 
 def _gate_section(pairs: list[tuple[Entry, Entry]]) -> Section | None:
-    """The regression gate's verdict table when bench.results.gate exists (built separately)."""
+    """The regression gate's verdict table (bench.regress.gate) of each run against its baseline."""
+    from bench.regress import gate  # lazy: the gate's modules only for a report with a baseline
+
     sec = Section("gate", "Regression gate (vs baseline)")
-    try:
-        gate = importlib.import_module("bench.results.gate")
-    except ImportError:
-        sec.missing.append("the regression gate (bench.results.gate) is not installed here: no verdict table; "
-                           "the curves above still overlay the baseline")
-        return sec
-    if not callable(getattr(gate, "gate", None)):
-        sec.missing.append("bench.results.gate has no gate() function: no verdict table")
-        return sec
     for base, cand in pairs:
         try:
             # rerun=None: a report never launches anything, so no confirmation re-run either

@@ -8,7 +8,7 @@ in one DuckDB query over the parquet files in place (`read_parquet([...], filena
 union_by_name=true)`, https://duckdb.org/docs/data/parquet/overview), which reads only the
 columns it needs from each footer-described file, in parallel.
 
-`distbench runs` and `distbench history` (bench.results.history) answer from it.
+`distbench runs` and `distbench history` (bench.regress.history) answer from it.
 """
 
 import json
@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.report import runs as runs_mod  # the kind and state rules of `distbench show`
+from bench.results import runs as runs_mod  # the kind and state rules of `distbench show`
 from bench.results import fingerprint as fp
 from bench.results.store import list_runs
 

@@ -13,6 +13,8 @@ from bench.errors import BenchError
 from bench.results.metadata import utc_now
 from bench.results.schema import SCHEMA_VERSION
 
+RESULTS_LINE = "# results: "  # what a launch prints, then its run directory, when the run is closed (rank 0)
+
 
 def _atomic_write(path: Path, write):
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -215,7 +215,7 @@ class Listing(NamedTuple):
     problems: list[str]  # foreign files and directories under the root, each named
 
 
-# Directories under the results root that hold something other than runs (bench.results.baseline).
+# Directories under the results root that hold something other than runs (bench.regress.baseline).
 NOT_SUITES = ("baselines",)
 
 
