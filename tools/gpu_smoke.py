@@ -1,7 +1,24 @@
-"""`make gpu-smoke`: a short, real check (well under 5 minutes) on a machine with CUDA GPUs.
+"""`make gpu-smoke`: a short, real check (8 minutes at most) on a machine with CUDA GPUs.
 
-Two parts, each check independent (one failure never stops the others), each ending in one line
-`# gpu-smoke: [ok|FAILED|skipped] <check>: <what was verified>`:
+Three parts, run C, B, A, each check independent (one failure never stops the others; each runs
+in a process of its own session with its own time limit, killed with every rank it started when
+the limit passes; none starts once less than 30 s of the --budget-s total is left), each ending
+in one line `# gpu-smoke: [ok|FAILED|skipped] <check>: <what was verified>`:
+
+C. Several ranks on one device (issue 31 items 1-4; tools/gpu_smoke_ranks.py; docs/telemetry.md
+   "What make gpu-smoke proves"). First the transport: nccl with >= 2 GPUs; on one GPU, NCCL >=
+   2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 if two ranks pass a probe on cuda:0; else gloo with CUDA
+   tensors in ranks started here (the CLI gives gloo ranks the CPU), pipelines through host copies.
+  item 1 latency ranks   2 ranks, the CUDA latency loop on an all_reduce: every rank done, same
+                         samples, same agreed spin-kernel holds
+  item 2 per-case memory 4 ranks, ddp+tp with the reference check, without, with: allocated <=
+                         reserved; rank 0's peak does not move with the check
+  item 4 process groups  the same cases (+ pp+tp where p2p is native): live groups stay flat
+  item 3 schedules bubble every schedule (suites/pipeline-schedules.toml at 2 ranks): measured vs
+                         exact bubble per schedule, within 2 points (reported; CUDA_WAITS_UNVERIFIED
+                         is not cleared in code)
+  plan                   `distbench plan` calibrated on a small timed run, validated on the
+                         schedules run: its held-out MAPE (needs the CLI: nccl or nccl-shared)
 
 A. Through the public command line (`python -m bench <kind> ...`, nccl, world min(2, GPUs)):
   collectives   all_reduce at 1 MiB and 64 MiB in the latency, throughput and nccl-tests modes:
@@ -24,7 +41,8 @@ B. In-process on cuda:0 (each check in its own child process with a time limit):
           from them as docs/telemetry.md defines it
 
 Exit 0 when nothing failed (skips are not failures), 1 otherwise. Without CUDA it says so and
-exits 0; `--cpu` runs part A on gloo with 2 CPU ranks (smaller sizes), which checks this script.
+exits 0; `--cpu` runs parts C and A on gloo host ranks (smaller sizes), which checks this script;
+`--checks a,b` runs only the checks named.
 Results go under results/gpu-smoke/ (or --out), away from the suites' own latest runs.
 """
 
@@ -34,6 +52,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -42,9 +61,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))  # gpu_smoke_ranks, also when this file is imported (tests)
+
+import gpu_smoke_ranks as R  # noqa: E402 - stdlib only at import; the ranks' functions for part C
 
 STEP_TIMEOUT_S = 120
-TOTAL_BUDGET_S = 270  # part A stops starting CLI steps after this; part B is short
+TOTAL_BUDGET_S = 480  # issue 31: one H100 / H200 in 8 minutes; a check starts only with 30 s left
 NVML_COLUMNS = ("gpu_util_max_pct", "gpu_mem_used_peak_bytes", "gpu_power_mean_w", "gpu_sm_clock_mean_mhz",
                 "gpu_temp_max_c", "gpu_energy_j", "throttled", "throttle_reasons")
 TIME_COLUMNS = ("time_median_s", "step_median_s")
@@ -56,10 +78,23 @@ def report(status: str, check: str, line: str):
     print(f"# gpu-smoke: {status} {check}: {line}", flush=True)
 
 
-def bench(*argv, timeout=STEP_TIMEOUT_S, env=None):
+def run_child(argv: list, timeout: float, env=None) -> subprocess.CompletedProcess:
+    """argv in its own session; on timeout the whole session (the ranks it started too) is
+    killed and subprocess.TimeoutExpired raised, so a hung check leaves nothing running."""
     full = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "bench", *argv], cwd=ROOT, env=full, capture_output=True,
-                          text=True, timeout=timeout)
+    p = subprocess.Popen(argv, cwd=ROOT, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+def bench(*argv, timeout=STEP_TIMEOUT_S, env=None):
+    return run_child([sys.executable, "-m", "bench", *argv], timeout, env)
 
 
 def steps_for(backend: str, world: int, out: str, cpu: bool) -> list[dict]:
@@ -153,15 +188,15 @@ def variant_checks(run) -> tuple[list[str], list[str]]:
     return problems, facts
 
 
-def run_step(step: dict, gpu: bool):
+def run_step(step: dict, gpu: bool, limit_s: float = STEP_TIMEOUT_S):
     from bench.results.store import load_run  # lazy: loads pandas and torch; the header stays stdlib so --help is instant
 
     print(f"\n## {step['name']}: python -m bench {' '.join(step['argv'])}", flush=True)
     t0 = time.perf_counter()
     try:
-        p = bench(*step["argv"], env=step.get("env"))
+        p = bench(*step["argv"], env=step.get("env"), timeout=limit_s)
     except subprocess.TimeoutExpired:
-        return report("FAILED", step["name"], f"did not finish in {STEP_TIMEOUT_S} s")
+        return report("FAILED", step["name"], f"did not finish in {limit_s:.0f} s")
     took = time.perf_counter() - t0
     if p.returncode == 2:  # the CLI refused our options: a failure, never a skip
         msg = (p.stderr.strip().splitlines() or ["?"])[-1]
@@ -225,7 +260,7 @@ def _cycles_per_s(torch) -> float:
 
 
 def check_latency_excludes_dispatch(torch):
-    from bench.timing.loop import LoopSpec, measure
+    from bench.timing.loop import LoopSpec, measure  # lazy: part B's child only: loads torch
 
     dev = torch.device("cuda", 0)
     kernel_cycles = int(_cycles_per_s(torch) * 200e-6)  # a ~0.2 ms kernel
@@ -256,7 +291,7 @@ class _Cycle:
 
 
 def check_case_memory(torch):
-    from bench.harness.rank import release_between_cases
+    from bench.harness.rank import release_between_cases  # lazy: part B's child only: loads torch
 
     dev = torch.device("cuda", 0)
     release_between_cases(dev)
@@ -277,14 +312,14 @@ def check_case_memory(torch):
 
 
 def check_pipeline_freed(torch):
-    import weakref
+    import weakref  # lazy: part B's child only
 
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: part B's child only: loads torch
 
-    from bench.harness.rank import release_between_cases
-    from bench.strategies import REGISTRY
-    from bench.strategies.base import Ctx
-    from bench.workloads import get_spec
+    from bench.harness.rank import release_between_cases  # lazy: part B's child only: loads torch
+    from bench.training import REGISTRY  # lazy: part B's child only: loads torch
+    from bench.training.base import Ctx  # lazy: part B's child only: loads torch
+    from bench.workloads import get_spec  # lazy: part B's child only: loads torch
 
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -333,7 +368,7 @@ def check_pipeline_freed(torch):
 
 
 def check_clock_all_devices(torch):
-    from bench.strategies.base import Clock
+    from bench.training.base import Clock  # lazy: part B's child only: loads torch
 
     if torch.cuda.device_count() < 2:
         return report("skipped", "item 9 clock on every device", "needs 2 GPUs (faked only: tests/test_cuda_waits.py)")
@@ -352,11 +387,11 @@ def check_clock_all_devices(torch):
 
 
 def check_throttle(torch):
-    from bench.telemetry import nvml
-    from bench.telemetry.summary import reason_names, summarize
+    from bench.telemetry import nvml  # lazy: part B's child only: loads torch
+    from bench.telemetry.summary import reason_names, summarize  # lazy: part B's child only: loads torch
 
     try:
-        import pynvml
+        import pynvml  # lazy: optional package (nvidia-ml-py): its absence is a skip
     except ImportError:
         return report("skipped", "item 12 throttle flag", "pynvml (nvidia-ml-py) not installed")
     pynvml.nvmlInit()
@@ -398,48 +433,290 @@ PART_B = {"latency": lambda t: check_latency_excludes_dispatch(t), "case-memory"
 PART_B_TIMEOUT_S = 120
 
 
-def run_one(name: str, torch) -> int:
-    """One part-B check in this process (the child side of part_b)."""
+# ---- part C: several ranks on one device (issue 31 items 1-4; tools/gpu_smoke_ranks.py) ---------
+
+def nccl_version(torch) -> tuple | None:
+    """NCCL's version as (major, minor, patch); torch.cuda.nccl.version() is a tuple on recent
+    torch, an int (major * 10000 + minor * 100 + patch, NCCL >= 2.9) on older ones."""
     try:
-        PART_B[name](torch)
+        v = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - a torch without NCCL
+        return None
+    if isinstance(v, int):
+        return (v // 10000, v // 100 % 100, v % 100) if v >= 10000 else (v // 1000, v // 100 % 10, v % 100)
+    return tuple(int(x) for x in v[:3])
+
+
+def detect_transports(torch, cpu: bool) -> dict:
+    """How ranks go on this machine (gpu_smoke_ranks.choose_transports); on one GPU with NCCL >=
+    2.30 two NCCL ranks sharing cuda:0 are probed for real first (in a child, time-limited)."""
+    if cpu:
+        return R.choose_transports(cuda=False, gpus=0, nccl_version=None, shared_ok=None)
+    gpus, ver, shared = torch.cuda.device_count(), nccl_version(torch), None
+    if gpus == 1 and ver is not None and ver >= (2, 30):
+        try:
+            p = run_child([sys.executable, __file__, "--only", "probe", "--transport", "nccl-shared"], PROBE_TIMEOUT_S)
+            shared = p.returncode == 0 and "# gpu-smoke: ok probe" in p.stdout
+        except subprocess.TimeoutExpired:
+            shared = False
+    return R.choose_transports(cuda=True, gpus=gpus, nccl_version=ver, shared_ok=shared)
+
+
+PROBE_TIMEOUT_S = 60
+# Each part-C check's own limit (seconds; a check never gets more than the budget left).
+PART_C_LIMIT_S = {"latency-ranks": 90, "case-memory": 180, "schedules": 240, "plan": 240}
+# which transport each check runs on: 'many' for world 4 (composed layouts), 'p2p' for pipelines
+PART_C_TRANSPORT = {"latency-ranks": "collectives", "case-memory": "many", "schedules": "p2p", "plan": "p2p"}
+
+
+def c_probe(args, torch):
+    t = R.transport_by_name(args.transport)
+    out = R.launch_ranks(R.rank_probe, t, 2, timeout_s=30.0)
+    ok = sorted(out) == [0, 1] and all(v == 2.0 for v in out.values())
+    report("ok" if ok else "FAILED", "probe", f"2 ranks on {t.describe()}: all_reduce gave {out}")
+
+
+def c_latency_ranks(args, torch):
+    """Item 1: the multi-rank CUDA latency loop runs for real: every rank finishes (under the
+    check's time limit) with the same samples and the same agreed holds."""
+    t = R.transport_by_name(args.transport)
+    nbytes = (1 << 20) if t.device == "cuda" else (64 << 10)
+    out = R.launch_ranks(R.rank_latency, t, 2, nbytes, 20, timeout_s=30.0)
+    status, line = R.latency_verdict(out, 2, f"{t.describe()}, all_reduce {nbytes >> 10} KiB")
+    report(status, "item 1 latency ranks", line)
+
+
+def c_case_memory(args, torch):
+    """Items 2 and 4 at world 4 (composed layouts need two dimensions of degree 2): ddp+tp with the
+    reference check, without, with again (rank 0's peaks must not move), then pp+tp where the
+    transport sends point to point natively; live process groups after each case."""
+    from bench.training.case import CaseSpec  # lazy: loads torch; the child of this check only
+
+    t = R.transport_by_name(args.transport)
+    cuda = t.device == "cuda"
+    model, batch = ("mlp-large", 64) if cuda else ("mlp-tiny", 8)
+    ddp_tp = CaseSpec(strategy="ddp+tp", model=model, world=4, batch=batch, dp=2, tp=2)
+    cases, labels = [(ddp_tp, 1), (ddp_tp, 0), (ddp_tp, 1)], ["ddp+tp (check)", "ddp+tp (no check)", "ddp+tp (check)"]
+    if t.p2p == "native":
+        cases.append((CaseSpec(strategy="pp+tp", model=model, world=4, chunks=2, schedule="gpipe", batch=batch,
+                               tp=2), 1))
+        labels.append("pp+tp (check)")
+    out = R.launch_ranks(R.rank_cases, t, 4, cases, 2, timeout_s=60.0)
+    wrong = out[0]["wrong"]
+    status, line = R.memory_verdict({r: o["mems"][:3] for r, o in out.items()}, out[0]["check_bytes"], labels[:3])
+    report(status, "item 2 per-case memory", f"{line} ({model}, world 4 on {t.describe()})")
+    status, line = R.groups_verdict({r: o["live"] for r, o in out.items()}, labels)
+    if any(w for w in wrong if w):
+        status, line = "FAILED", f"{line}; reference check wrong elements per case {wrong}"
+    report(status, "item 4 process groups", f"{line} (world 4 on {t.name}; checks wrong per case {wrong})")
+
+
+def _evidence(t) -> str:
+    if t.device != "cuda":
+        return "host ranks: checks the script, no GPU evidence"
+    if t.p2p == "staged":
+        return ("gloo with host-staged p2p: a receive is a host copy, not NCCL's on-stream wait, so this is not "
+                "the evidence that clears CUDA_WAITS_UNVERIFIED")
+    return "a CUDA run of every schedule: the evidence that would clear CUDA_WAITS_UNVERIFIED (not cleared in code)"
+
+
+def schedules_argv(t, out: str) -> list:
+    """suites/pipeline-schedules.toml at 2 ranks (every schedule, timed workload, 8 chunks), 5 steps."""
+    return ["pipeline", "--suite", "suites/pipeline-schedules.toml", "--stages", "2", "--steps", "5", "--warmup", "1",
+            "--check", "0", "--nproc", "2", "--backend", t.backend, "--out", out, "--telemetry-interval-s", "0.5"]
+
+
+def plan_calibrate_argv(t, out: str) -> list:
+    """A small calibration on the timed workload: GPipe and 1F1B (one stage per rank), Interleaved
+    1F1B (two per rank, loop) and ZB-V (two per rank, V) at 2 ranks and chunks 2 and 4, so that
+    the schedules run (chunks 8) is all held out; its micro-batch 2 is outside the calibrated 4..8
+    (marked extrapolated; the timed workload's action times do not depend on it)."""
+    return ["pipeline", "--suite", "suites/plan-calibrate.toml", "--model", "timed", "--stages", "2", "--chunks", "2,4",
+            "--schedule", ",".join(PLAN_CALIBRATE_SCHEDULES), "--batch", "16", "--steps", "5", "--warmup", "1", "--check", "0",
+            "--nproc", "2", "--backend", t.backend, "--out", out, "--telemetry-interval-s", "0.5"]
+
+
+PLAN_CALIBRATE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbv")
+
+
+def _cli_run(argv, t, limit_s: float) -> str:
+    """One CLI launch on the transport; its results directory (raises on failure)."""
+    p = bench(*argv, timeout=limit_s, env=t.env)
+    dirs = re.findall(r"^# results: (.+)$", p.stdout, flags=re.M)
+    if p.returncode != 0 or not dirs:
+        print("\n".join((p.stdout + p.stderr).strip().splitlines()[-15:]))
+        raise RuntimeError(f"python -m bench {' '.join(argv[:3])} ...: exit {p.returncode}"
+                           + ("" if dirs else ", no results directory"))
+    return dirs[-1]
+
+
+def c_schedules(args, torch):
+    """Item 3: every schedule on the timed workload, measured vs exact bubble (within 2 points)."""
+    t = R.transport_by_name(args.transport)
+    if t.cli:
+        from bench.results.store import load_run  # lazy: loads pandas and torch
+
+        run_dir = _cli_run(schedules_argv(t, args.out), t, PART_C_LIMIT_S["schedules"] - 20)
+        print(f"# gpu-smoke-run: schedules {run_dir}", flush=True)
+        res = load_run(run_dir).tables["results"]
+        rows = [{"schedule": r["schedule"], "stages": int(r["pp_degree"]), "bubble_measured": float(r["bubble_measured"]),
+                 "bubble_exact": float(r["bubble_exact"])} for _, r in res.iterrows()]  # stages: pipeline ranks
+        where = f"python -m bench pipeline on {t.describe()}, {run_dir}"
+    else:
+        rows = R.launch_ranks(R.rank_schedules, t, 2, list(R.SCHEDULES), "timed", 8, 16, 5, timeout_s=60.0)[0]
+        where = f"in-process ranks on {t.describe()}"
+    status, line, per = R.bubble_verdict(rows, where)
+    for x in per:
+        print(f"#   {x}")
+    report(status, "item 3 schedules bubble", f"{line}; {_evidence(t)}")
+
+
+def c_plan(args, torch):
+    """`distbench plan` calibrated on a small timed-workload run and validated on the schedules run."""
+    t = R.transport_by_name(args.transport)
+    if not t.cli:
+        return report("skipped", "plan", f"plan reads CLI runs, and the CLI cannot put 2 ranks on this machine: {t.why}")
+    if not args.validate_run:
+        return report("skipped", "plan", "no schedules run to validate on (the item 3 check left none)")
+    cal = _cli_run(plan_calibrate_argv(t, args.out), t, PART_C_LIMIT_S["plan"] - 40)
+    print(f"## plan calibrated on {cal}", flush=True)
+    p = bench("plan", cal, "--validate", args.validate_run, "--stages", "2", "--out", args.out, timeout=60)
+    text = p.stdout + p.stderr
+    for x in text.strip().splitlines()[-25:]:
+        print(f"#   {x}")
+    if p.returncode != 0:
+        return report("FAILED", "plan", f"exit {p.returncode}: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    status, line = R.plan_verdict(text)
+    report(status, "plan", f"{line}; calibrated on {cal} ({', '.join(PLAN_CALIBRATE_SCHEDULES)}; chunks 2, 4), validated on "
+                           f"{args.validate_run} (every schedule, chunks 8), {t.name}")
+
+
+PART_C = {"latency-ranks": c_latency_ranks, "case-memory": c_case_memory, "schedules": c_schedules, "plan": c_plan}
+CHILD = {**{k: (lambda a, t, _k=k: PART_B[_k](t)) for k in PART_B}, "probe": c_probe,
+         **{f"c-{k}": v for k, v in PART_C.items()}}
+
+
+def run_one(args, torch) -> int:
+    """One part-B or part-C check in this process (the child side of part_b / part_c)."""
+    try:
+        CHILD[args.only](args, torch)
     except Exception as e:  # noqa: BLE001 - reported as one line
         traceback.print_exc(limit=3)
-        report("FAILED", name, f"{type(e).__name__}: {e}")
+        report("FAILED", args.only.removeprefix("c-"), one_line(e))
     return 0
 
 
-def part_b():
+def one_line(e: BaseException) -> str:
+    """An exception in one line: a failed rank's own error (torchelastic's ChildFailedError
+    quotes the rank's traceback) where there is one, else the message's first line."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    errs = [x for x in lines if re.match(r"^[\w.]+(Error|Exception)\b", x)]
+    return f"{type(e).__name__}: " + (errs[-1] if errs else lines[0] if lines else "")
+
+
+class Budget:
+    """The smoke test's total time: a check starts only with MIN_START_S left, and gets its own
+    limit or what is left, whichever is less."""
+    MIN_START_S = 30
+
+    def __init__(self, total_s: float):
+        self.total_s, self.t0 = total_s, time.monotonic()
+
+    def left(self) -> float:
+        return self.total_s - (time.monotonic() - self.t0)
+
+    def limit(self, own_s: float) -> float | None:
+        left = self.left()
+        return None if left < self.MIN_START_S else min(own_s, left)
+
+
+def run_checked_child(name: str, argv: list, limit_s: float | None, budget: Budget) -> str:
+    """A check in its own process (and session) with a time limit; its result lines re-reported,
+    its '#   ' detail lines printed. Returns its stdout."""
+    if limit_s is None:
+        report("skipped", name, f"the smoke test's {budget.total_s:.0f} s budget is spent")
+        return ""
+    try:
+        p = run_child([sys.executable, __file__, *argv], limit_s)
+    except subprocess.TimeoutExpired:
+        report("FAILED", name, f"did not finish in {limit_s:.0f} s (killed with every rank it started)")
+        return ""
+    for x in re.findall(r"^(#   .*|## .*)$", p.stdout, flags=re.M):
+        print(x)
+    lines = re.findall(r"^# gpu-smoke: (ok|FAILED|skipped) ([^:]+): (.*)$", p.stdout, flags=re.M)
+    for status, check, line in lines:
+        report(status, check, line)
+    if not lines:
+        print("\n".join((p.stdout + p.stderr).strip().splitlines()[-8:]))
+        report("FAILED", name, f"exit {p.returncode} without a result line")
+    return p.stdout
+
+
+def part_b(budget: Budget, names=None):
     """Each check in its own process with a time limit: a CUDA or NCCL call that hangs, or a
     crash, costs that check only."""
     for name in PART_B:
-        try:
-            p = subprocess.run([sys.executable, __file__, "--only", name], cwd=ROOT, capture_output=True, text=True,
-                               timeout=PART_B_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        except subprocess.TimeoutExpired:
-            report("FAILED", name, f"did not finish in {PART_B_TIMEOUT_S} s")
+        if names is None or name in names:
+            run_checked_child(name, ["--only", name], budget.limit(PART_B_TIMEOUT_S), budget)
+
+
+def part_c(transports: dict, out: str, budget: Budget, names=None):
+    """Several ranks on one device, each check in its own process and session with its limit."""
+    p2p = transports["p2p"]
+    report("ok", "transport", f"{p2p.describe()}: {p2p.why}; world 4: {transports.get('many', p2p).name}")
+    validate_run = None
+    for name in PART_C:
+        if names is not None and name not in names:
             continue
-        lines = re.findall(r"^# gpu-smoke: (ok|FAILED|skipped) ([^:]+): (.*)$", p.stdout, flags=re.M)
-        for status, check, line in lines:
-            report(status, check, line)
-        if not lines:
-            tail = (p.stdout + p.stderr).strip().splitlines()[-5:]
-            print("\n".join(tail))
-            report("FAILED", name, f"exit {p.returncode} without a result line")
+        t = transports.get(PART_C_TRANSPORT[name], p2p)
+        argv = ["--only", f"c-{name}", "--transport", t.name, "--out", out]
+        if name == "plan" and validate_run:
+            argv += ["--validate-run", validate_run]
+        stdout = run_checked_child(name, argv, budget.limit(PART_C_LIMIT_S[name]), budget)
+        found = re.findall(r"^# gpu-smoke-run: schedules (.+)$", stdout, flags=re.M)
+        validate_run = found[-1] if found else validate_run
+
+
+def part_a(backend: str, world: int, out: str, cpu: bool, gpu: bool, budget: Budget, names=None):
+    for step in steps_for(backend, world, out, cpu):
+        if names is not None and step["name"] not in names:
+            continue
+        if step.get("gpu_only") and not gpu:
+            continue  # NCCL_ALGO means nothing to gloo
+        if step["needs2"] and world < 2:
+            report("skipped", step["name"], "needs 2 GPUs (at world 1 it would time no communication)")
+            continue
+        limit = budget.limit(STEP_TIMEOUT_S)
+        if limit is None:
+            report("skipped", step["name"], f"the smoke test's {budget.total_s:.0f} s budget is spent")
+            continue
+        try:
+            run_step(step, gpu, limit)
+        except Exception as e:  # noqa: BLE001 - one step's failure never stops the others
+            traceback.print_exc(limit=3)
+            report("FAILED", step["name"], f"{type(e).__name__}: {e}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/gpu-smoke", help="results root (default results/gpu-smoke)")
     ap.add_argument("--cpu", action="store_true",
-                    help="run part A with gloo on 2 CPU ranks (checks this script; GPU columns stay null)")
-    ap.add_argument("--only", choices=sorted(PART_B), help="run one in-process CUDA check (part B) and exit")
+                    help="run parts A and C with gloo on CPU ranks (checks this script; GPU columns stay null)")
+    ap.add_argument("--checks", default="",
+                    help="comma list of checks to run (default all): " + ", ".join([*PART_C, *PART_B] + [
+                        s["name"] for s in steps_for("gloo", 2, "", True)]))
+    ap.add_argument("--budget-s", type=float, default=TOTAL_BUDGET_S, help=f"total seconds (default {TOTAL_BUDGET_S})")
+    ap.add_argument("--only", choices=sorted(CHILD), help=argparse.SUPPRESS)  # a child: one check, then exit
+    ap.add_argument("--transport", default="gloo-cpu", help=argparse.SUPPRESS)
+    ap.add_argument("--validate-run", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     import torch  # lazy: torch (~2 s) after argument parsing, so --help and usage errors are instant
 
     if args.only:
-        return run_one(args.only, torch)
+        return run_one(args, torch)
+    names = set(args.checks.split(",")) - {""} or None
     gpu = not args.cpu
-    t_start = time.monotonic()
+    budget = Budget(args.budget_s)
     if gpu and not torch.cuda.is_available():
         print(f"gpu-smoke: no CUDA device visible (torch {torch.__version__}, CUDA {torch.version.cuda}); "
               "nothing to check here, run it on a GPU machine (or --cpu to check the script)")
@@ -448,29 +725,20 @@ def main(argv=None) -> int:
         gpus = torch.cuda.device_count()
         world = min(2, gpus)
         print(f"gpu-smoke: {gpus} CUDA device(s), {torch.cuda.get_device_name(0)}; torch {torch.__version__}, "
-              f"CUDA {torch.version.cuda}; backend nccl, world {world}")
+              f"CUDA {torch.version.cuda}, NCCL {'.'.join(map(str, nccl_version(torch) or ('?',)))}; "
+              f"part A: backend nccl, world {world}; budget {budget.total_s:.0f} s")
         backend = "nccl"
     else:
         world, backend = 2, "gloo"
-        print(f"gpu-smoke --cpu: torch {torch.__version__}; backend gloo, world 2, host timers")
-    for step in steps_for(backend, world, args.out, args.cpu):
-        if step.get("gpu_only") and not gpu:
-            continue  # NCCL_ALGO means nothing to gloo
-        if step["needs2"] and world < 2:
-            report("skipped", step["name"], "needs 2 GPUs (at world 1 it would time no communication)")
-            continue
-        if time.monotonic() - t_start > TOTAL_BUDGET_S:
-            report("skipped", step["name"], f"the smoke test's {TOTAL_BUDGET_S} s budget is spent")
-            continue
-        try:
-            run_step(step, gpu)
-        except Exception as e:  # noqa: BLE001 - one step's failure never stops the others
-            traceback.print_exc(limit=3)
-            report("FAILED", step["name"], f"{type(e).__name__}: {e}")
+        print(f"gpu-smoke --cpu: torch {torch.__version__}; backend gloo, host timers; budget {budget.total_s:.0f} s")
+    print("\n## part C: several ranks on one device (each check in its own process, time-limited)", flush=True)
+    part_c(detect_transports(torch, args.cpu), args.out, budget, names)
     if gpu:
-        print("\n## in-process checks on cuda:0 (each in its own process)", flush=True)
-        part_b()
-    print(f"\n# gpu-smoke summary ({time.monotonic() - t_start:.0f} s)")
+        print("\n## part B: in-process checks on cuda:0 (each in its own process)", flush=True)
+        part_b(budget, names)
+    print("\n## part A: the command line", flush=True)
+    part_a(backend, world, args.out, args.cpu, gpu, budget, names)
+    print(f"\n# gpu-smoke summary ({time.monotonic() - budget.t0:.0f} s of {budget.total_s:.0f})")
     for status, check, line in RESULTS:
         print(f"#   {status:<7} {check}: {line}")
     failed = [c for s, c, _ in RESULTS if s == "FAILED"]
