@@ -32,8 +32,8 @@ from bench.errors import USAGE_EXIT, BenchError
 from bench.harness import KINDS, Kind
 from bench.harness.run import dry_run, is_rank_zero, run
 from bench.options import Parser, add_common
-from bench.strategies import REGISTRY as STRATEGIES
 from bench.suite import int_list, load_suite, resolve_suite
+from bench.training import REGISTRY as STRATEGIES
 
 # Subcommands that are not benchmark kinds: each module has add_parser(subparsers).
 COMMANDS = (telemetry_cli, report_cli, regress_cli, results_cli, history_cli, import_cli, plan_cli, simcluster_cli)

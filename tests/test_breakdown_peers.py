@@ -3,7 +3,7 @@
 
 import pytest
 
-from bench.strategies.breakdown import breakdown
+from bench.training.breakdown import breakdown
 
 # 3 stages, one shared clock. Transfers take 0.5 s; both ends block while one is in flight.
 #   rank 0: compute 0-1, send to 1 (1-1.5), compute 1.5-4 (its next micro-batches)

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import torch
 
-from bench.strategies import measure
-from bench.strategies.base import Clock
-from bench.strategies.config import CaseSpec
-from bench.strategies.replay import gpipe_order
+from bench.training import measure
+from bench.training.base import Clock
+from bench.training.case import CaseSpec
+from bench.training.replay import gpipe_order
 from conftest import FakeCuda
 
 MiB = 2**20

@@ -79,7 +79,7 @@ def test_a_module_that_fails_to_import_is_an_error():
 def test_list_shows_every_registered_unit(capsys):
     from bench.allreduce import REGISTRY as ALGORITHMS
     from bench.collectives import REGISTRY as COLLECTIVES
-    from bench.strategies import REGISTRY as STRATEGIES
+    from bench.training import REGISTRY as STRATEGIES
 
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()

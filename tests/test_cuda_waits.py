@@ -6,9 +6,9 @@ import types
 
 import torch
 
-from bench.strategies import base
-from bench.strategies.base import Clock
-from bench.strategies.measure import CUDA_WAITS_UNVERIFIED, with_note
+from bench.training import base
+from bench.training.base import Clock
+from bench.training.measure import CUDA_WAITS_UNVERIFIED, with_note
 from conftest import FakeCuda
 
 
@@ -49,7 +49,7 @@ def test_clock_times_waits_with_cuda_events(monkeypatch):
 def test_patched_p2p_wait_uses_the_clock_on_cuda(monkeypatch):
     from torch.distributed.pipelining import schedules
 
-    from bench.strategies import pp
+    from bench.training import pp
 
     pp._patch_waits()
     clock = _cuda_clock(monkeypatch, [0.0, 0.002, 0.007])
@@ -91,9 +91,9 @@ def test_degraded_note_on_cuda():
 def test_pipeline_rows_say_degraded_on_cuda():
     """build_tables on two ranks' facts (stage 0 then stage 1, one micro-batch): the pp row on
     CUDA carries the note after the launch's own reason; on CPU it does not."""
-    from bench.strategies.replay import gpipe_order
-    from bench.strategies.config import CaseSpec
-    from bench.strategies.measure import build_tables
+    from bench.training.replay import gpipe_order
+    from bench.training.case import CaseSpec
+    from bench.training.measure import build_tables
 
     mem = {"memory_kind": "cuda", "peak_allocated_bytes": 1, "peak_active_bytes": 1, "peak_reserved_bytes": 1,
            "device_used_bytes": 1, "device_total_bytes": 2, "host_peak_rss_bytes": 1, "host_peak_is_lifetime": False}
@@ -135,8 +135,8 @@ def test_clock_spans_every_device_it_computes_on(monkeypatch):
 
 def test_layer_trainer_times_all_its_devices(monkeypatch):
     """The layer trainer's clock records on both GPUs of its two groups (FakeCuda's call record)."""
-    from bench.strategies.base import Ctx
-    from bench.strategies.layer import LayerTrainer
+    from bench.training.base import Ctx
+    from bench.training.layer import LayerTrainer
     from bench.workloads import get_spec
 
     cuda = FakeCuda(n=2).install(monkeypatch)
@@ -154,9 +154,9 @@ def test_multi_node_pipeline_bubble_is_measured(monkeypatch):
     timeline starts at its own exit from the step barrier, so the bubble is the one the same
     timelines give on one node (it read 0 before: the waits were dropped), and the row says how it
     was aligned."""
-    from bench.strategies.replay import gpipe_order
-    from bench.strategies.config import CaseSpec
-    from bench.strategies.measure import MULTI_NODE_ALIGNED, build_tables
+    from bench.training.replay import gpipe_order
+    from bench.training.case import CaseSpec
+    from bench.training.measure import MULTI_NODE_ALIGNED, build_tables
 
     mem = {"memory_kind": "host", "peak_allocated_bytes": None, "peak_active_bytes": None,
            "peak_reserved_bytes": None, "device_used_bytes": None, "device_total_bytes": None,

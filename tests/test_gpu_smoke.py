@@ -175,14 +175,19 @@ def _staged_send_recv(info):
             ops = [dist.P2POp(dist.irecv, buf, 0)]
         for w in dist.batch_isend_irecv(ops):
             w.wait()
-        return None if info.rank == 0 else buf.detach().tolist()
+        objs = [{"rank": 0}] if info.rank == 0 else [None]
+        if info.rank == 0:  # send_object_list / recv_object_list: blocking send / recv, staged too
+            dist.send_object_list(objs, dst=1)
+            return None
+        dist.recv_object_list(objs, src=0)
+        return buf.detach().tolist(), objs
     finally:
         undo()
 
 
 def test_staged_p2p_delivers_into_the_asked_tensor():
     out = spawn(_staged_send_recv, 2, timeout_s=60.0)
-    assert out[1] == [0.0, 1.0, 2.0, 3.0]
+    assert out[1] == ([0.0, 1.0, 2.0, 3.0], [{"rank": 0}])
 
 
 # ---- the checks' CPU form, through the script ---------------------------------------------------

@@ -1,4 +1,4 @@
-"""Composed layouts on one DeviceMesh (bench.strategies.dims, layout, composed): the degree
+"""Composed layouts on one DeviceMesh (bench.training.dims, layout, composed): the degree
 arithmetic and mesh coordinates, each layout's degrees, the TP plan of a stage, the configs of the
 strategies and pipeline kinds, the memory formula, the report's layout table; and, in one world-4
 launch, every layout's first step equal to the single-process reference (loss and every gradient,
@@ -15,16 +15,16 @@ from bench.pipeline.config import PipelineConfig, expand_pipeline
 from bench.pipeline.kind import KIND as PIPELINE
 from bench.report.summaries import strategy_line
 from bench.results.store import load_run
-from bench.strategies import REGISTRY
-from bench.strategies.base import Ctx, reference_check
 from bench.strategies.config import CaseSpec, StrategiesConfig, expand_strategies
-from bench.strategies.dims import ParallelDims
-from bench.strategies.footprint import Footprint, layout_memory
-from bench.strategies.layout import LAYOUTS, batch_ranks, layout_dims
-from bench.strategies.layout_table import layout_rows
-from bench.strategies.memory import case_bytes
-from bench.strategies.tp import plan
 from bench.suite import load_suite
+from bench.training import REGISTRY
+from bench.training.base import Ctx, reference_check
+from bench.training.dims import ParallelDims
+from bench.training.footprint import Footprint, layout_memory
+from bench.training.layout import LAYOUTS, batch_ranks, layout_dims
+from bench.training.layout_table import layout_rows
+from bench.training.memory import case_bytes
+from bench.training.tp import plan
 from bench.workloads import get_spec
 from conftest import ROOT, run_cli, spawn
 
@@ -249,7 +249,7 @@ def _live_groups_after_cases(info, cases):
     import torch.distributed as dist
 
     from bench.distributed.comm import Comm
-    from bench.strategies.measure import measure_case
+    from bench.training.measure import measure_case
 
     cfg = SimpleNamespace(check=1, warmup=0, steps=1, seed=0, profile=0)
     live = [len(dist.distributed_c10d._world.pg_map)]

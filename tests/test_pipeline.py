@@ -13,10 +13,10 @@ from bench.errors import BenchError
 from bench.pipeline.config import PipelineConfig, expand_pipeline
 from bench.pipeline.kind import KIND
 from bench.results.store import load_run
-from bench.strategies.breakdown import breakdown, overlap, union
-from bench.strategies.replay import balanced, gpipe_order, one_f_one_b_order, replay
-from bench.strategies.theory import gpipe_bubble, megatron_bubble
-from bench.strategies.pp import validate
+from bench.training.breakdown import breakdown, overlap, union
+from bench.training.pp import validate
+from bench.training.replay import balanced, gpipe_order, one_f_one_b_order, replay
+from bench.training.theory import gpipe_bubble, megatron_bubble
 from conftest import ROOT, assert_usage_error
 
 
@@ -48,7 +48,7 @@ def test_replay_1f1b_has_gpipe_bubble_with_equal_stages(p, m):
 
 
 def test_replay_balanced_interleaved_matches_extended_form():
-    from bench.strategies.replay import from_pipeline_order
+    from bench.training.replay import from_pipeline_order
     from torch.distributed.pipelining.schedules import _Action, _ComputationType
 
     # Interleaved 1F1B, p=2, v=2, m=2 as torch orders it (depth first): rank r holds stages r, r+2

@@ -7,7 +7,7 @@ import pytest
 
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
-from bench.strategies.replay import gpipe_order, one_f_one_b_order, replay
+from bench.training.replay import gpipe_order, one_f_one_b_order, replay
 
 # Known costs: per stage and action a + c * b seconds; 50 us of schedule overhead per action;
 # memory: 100 MiB base per rank + 4 KiB per in-flight sample.
@@ -247,7 +247,7 @@ def test_mixed_models_and_no_cases_are_refused():
                                       "dualpipev"])
 def test_torch_order_is_built_without_a_process_group_for_every_schedule(schedule):
     """Each rank's order holds every (stage, micro-batch) of its stages once per action kind."""
-    from bench.strategies import schedules as scheds
+    from bench.training import schedules as scheds
 
     p, m = 2, 4
     order = pl.torch_order(schedule, p, m)

@@ -6,19 +6,19 @@ from collections import namedtuple
 import pytest
 import torch
 
-from bench.allreduce.config import AllreduceConfig
-from bench.collectives import REGISTRY, Ctx
-from bench.collectives.config import CollectivesConfig
-from bench.errors import BenchError
 from bench import preflight as R
 from bench.allreduce import REGISTRY as ALGORITHMS, memory as AM
 from bench.allreduce.base import Algorithm
+from bench.allreduce.config import AllreduceConfig
+from bench.collectives import REGISTRY, Ctx
 from bench.collectives import memory as CM
+from bench.collectives.config import CollectivesConfig
+from bench.errors import BenchError
 from bench.kind import KINDS
-from bench.strategies import REGISTRY as STRATEGIES, footprint as FP
 from bench.pipeline.config import PipelineConfig, expand_pipeline
-from bench.strategies.config import CaseSpec
 from bench.strategies.config import StrategiesConfig
+from bench.training import REGISTRY as STRATEGIES, footprint as FP
+from bench.training.case import CaseSpec
 from bench.workloads.models import PRESETS, build_model
 
 GiB = 1024**3
@@ -277,7 +277,7 @@ def test_composed_layout_is_counted_per_stage_and_rank():
     up, down: 12 w^2 + 7 w of a block's 12 w^2 + 13 w parameters). Activations per sample: a
     block's w x seq x 20 floats split over TP, the head's vocab x seq x 3 floats on the last stage
     on every TP rank. The last stage needs ~4x the old pp x tp split of the whole model."""
-    from bench.strategies.memory import rank_bytes
+    from bench.training.memory import rank_bytes
 
     w, seq, vocab = GPT124M
     want = _gpt124m_pp4_tp2_batch8()
@@ -295,7 +295,7 @@ def test_fsdp_inside_a_stage_counts_one_gathered_piece():
     """gpt-small at pp2 x fsdp2, batch 8: each rank holds half its stage's parameters, gradients
     (8 B each, SGD), plus the largest piece of its stage gathered whole with its gradient (8 B
     per parameter): the embedding on stage 0, the head on stage 1; activations of batch / dp."""
-    from bench.strategies.memory import rank_bytes
+    from bench.training.memory import rank_bytes
 
     w, seq, vocab = 128, 64, 512
     block = 12 * w * w + 13 * w
@@ -311,7 +311,7 @@ def test_fsdp_inside_a_stage_counts_one_gathered_piece():
 def test_interleaved_ranks_hold_two_stages():
     """mlp-small (8 blocks of w^2 + w) at pp2, interleaved: rank 0 holds stages 0 and 2, rank 1
     stages 1 and 3, two blocks each; the input (w floats per sample) is stage 0's."""
-    from bench.strategies.memory import rank_bytes
+    from bench.training.memory import rank_bytes
 
     w = 256
     case = CaseSpec(strategy="pp", model="mlp-small", world=2, chunks=2, schedule="interleaved", batch=8)

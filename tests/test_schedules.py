@@ -10,12 +10,12 @@ import torch.nn as nn
 
 from bench.errors import BenchError
 from bench.pipeline.config import PipelineConfig, expand_pipeline
-from bench.strategies import schedules as S
-from bench.strategies.breakdown import breakdown
-from bench.strategies.measure import _minus, step_spans
-from bench.strategies.pp import validate
-from bench.strategies.replay import exact_durations, from_pipeline_order, gpipe_order, replay
-from bench.strategies.theory import gpipe_bubble
+from bench.training import schedules as S
+from bench.training.breakdown import breakdown
+from bench.training.measure import _minus, step_spans
+from bench.training.pp import validate
+from bench.training.replay import exact_durations, from_pipeline_order, gpipe_order, replay
+from bench.training.theory import gpipe_bubble
 from bench.workloads.models import build_model, get_spec, split_pieces
 from test_breakdown_peers import COMPUTE, SPANS, WAITS
 
@@ -274,7 +274,7 @@ def test_an_overlapped_pair_sends_its_outputs_when_the_pair_ends():
     """torch's OVERLAP_F_B (DualPipeV) runs its sub-actions one after the other and then their sends
     (_add_send_recv appends them after the whole action): another rank gets the first sub-action's
     output when the pair ends; the same rank (the V's turn) has it at once."""
-    from bench.strategies.replay import Order, replay
+    from bench.training.replay import Order, replay
 
     acts = {0: [(0, "F", 0), (0, "F", 1), (0, "B", 0), (0, "B", 1)],
             1: [(1, "F", 0), (1, "B", 0), (1, "F", 1), (1, "B", 1)]}

@@ -1,8 +1,8 @@
 """bench.strategies: every registered strategy, after one step, gives the loss and every
-parameter gradient of the single-process reference within bench.strategies.base.TOLERANCE (CPU,
+parameter gradient of the single-process reference within bench.training.base.TOLERANCE (CPU,
 gloo, world 2; single-process strategies at world 1); each strategy's own checks and degree
 arithmetic (ParallelDims); bad input at the CLI; every strategy through the CLI end to end.
-Parametrized over bench.strategies.REGISTRY: a new strategy module is covered without editing
+Parametrized over bench.training.REGISTRY: a new strategy module is covered without editing
 this file (VARIANTS only adds settings to the default cases)."""
 
 from types import SimpleNamespace
@@ -12,13 +12,13 @@ import torch
 
 from bench.errors import BenchError
 from bench.results.store import load_run
-from bench.strategies import REGISTRY
-from bench.strategies.base import ATOL, RTOL, Ctx, Trainer, reference_check
 from bench.strategies.config import CaseSpec, StrategiesConfig, expand_strategies
-from bench.strategies.dims import ParallelDims
 from bench.strategies.kind import KIND
-from bench.strategies.layer import LayerTrainer
-from bench.strategies.pp import PPTrainer
+from bench.training import REGISTRY
+from bench.training.base import ATOL, RTOL, Ctx, Trainer, reference_check
+from bench.training.dims import ParallelDims
+from bench.training.layer import LayerTrainer
+from bench.training.pp import PPTrainer
 from bench.workloads import get_spec
 from conftest import assert_usage_error, run_cli, spawn
 
@@ -39,7 +39,7 @@ def world_of(name: str) -> int:
     return 1 if s.single_process else s.min_world
 
 
-# Composed layouts (bench.strategies.composed) run at world 4 / 8: tests/test_layouts.py checks them
+# Composed layouts (bench.training.composed) run at world 4 / 8: tests/test_layouts.py checks them
 # in one launch; the per-strategy launches here cover the single strategies.
 SINGLE = [n for n in REGISTRY.names() if not REGISTRY.get(n).composed]
 
@@ -246,7 +246,7 @@ def test_efficiency_curve_of_a_composed_run_uses_its_stages_and_one_pipelines_ba
     2 stages on batch / dp = 8 samples (not 8 stages on the whole 16): the batch the model runs,
     the rows' batch and micro-batch, and the ideal p-stage step all use them."""
     from bench.pipeline.config import PipelineConfig
-    from bench.strategies import measure
+    from bench.training import measure
 
     seen = []
 

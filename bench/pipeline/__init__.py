@@ -1,2 +1,4 @@
-"""Pipeline arithmetic (pure, no ranks): textbook bubble forms, the calibrated replay of a
-schedule's own action order, and the per-rank compute / exposed-comm / idle breakdown."""
+"""The pipeline kind: a chunks (micro-batch) sweep of torch.distributed.pipelining schedules, with
+the measured and the exact bubble (bench.pipeline.kind, config), and the planner that predicts
+layouts from stored runs (plan, plan_cli, plan_plots). The runtime, schedules, replay and bubble
+arithmetic it measures with are the training engine's (bench.training), shared with strategies."""

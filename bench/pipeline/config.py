@@ -3,13 +3,13 @@
 from dataclasses import dataclass
 
 from bench.errors import BenchError, unknown
-from bench.strategies.config import CaseSpec
-from bench.strategies.dims import ParallelDims
-from bench.strategies.pp import CHECKPOINTS, validate
-from bench.strategies.schedules import canonical, get as schedule, torch_class
-from bench.strategies.layout import check_dims
-from bench.strategies.tp import validate as tp_validate
 from bench.suite import RunConfig, at_least
+from bench.training.case import CaseSpec
+from bench.training.dims import ParallelDims
+from bench.training.layout import check_dims
+from bench.training.pp import CHECKPOINTS, validate
+from bench.training.schedules import canonical, get as schedule, torch_class
+from bench.training.tp import validate as tp_validate
 from bench.workloads.models import get_spec
 
 
@@ -21,12 +21,12 @@ class PipelineConfig(RunConfig):
     description: str = ""
     model: str = "mlp-pipe"  # preset (bench.workloads.models.PRESETS)
     stages: tuple[int, ...] = (2,)  # pipeline ranks; world = stages x dp x fsdp x tp
-    tp: int = 1  # tensor-parallel degree inside a stage (bench.strategies.layout)
+    tp: int = 1  # tensor-parallel degree inside a stage (bench.training.layout)
     dp: int = 1  # DDP replicas of the whole pipeline (mesh dimension dp_replicate)
     fsdp: int = 1  # FSDP2 shards of every stage (mesh dimension dp_shard)
     world: tuple[int, ...] = ()  # must equal stages x dp x fsdp x tp when given
     chunks: tuple[int, ...] = (1, 2, 4, 8)
-    schedules: tuple[str, ...] = ("gpipe", "1f1b")  # bench.strategies.schedules: ours or torch's names
+    schedules: tuple[str, ...] = ("gpipe", "1f1b")  # bench.training.schedules: ours or torch's names
     checkpoint: tuple[str, ...] = ("never",)
     batch: int = 1024  # fixed mini-batch mode: split into `chunks` micro-batches
     micro_batch: tuple[int, ...] = ()  # fixed micro-batch mode when given: mini-batch = micro_batch x chunks

@@ -8,13 +8,13 @@ from bench.errors import BenchError
 from bench.kind import KINDS, Kind, Reading, Report, drawn_by
 from bench.options import add_training_options, ints, overrides
 from bench.pipeline.config import PipelineConfig, expand_pipeline
-from bench.strategies.dims import arithmetic
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
-from bench.strategies.measure import efficiency_curve, measure
-from bench.strategies.memory import memory_of
-from bench.strategies.schedules import SCHEDULES
-from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
+from bench.training.dims import arithmetic
+from bench.training.measure import efficiency_curve, measure
+from bench.training.memory import memory_of
+from bench.training.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
+from bench.training.schedules import SCHEDULES
 
 
 def add_options(p):
@@ -82,7 +82,7 @@ def _section(entries, out):
     """The strategies section of the pipeline runs, with the planner's predicted-vs-measured plot
     where a run has plan_predictions (plots imported here: matplotlib only when a report is drawn)."""
     from bench.pipeline import plan_plots  # lazy: matplotlib only when a report is drawn
-    from bench.strategies import plots  # lazy: matplotlib only when a report is drawn
+    from bench.training import plots  # lazy: matplotlib only when a report is drawn
 
     return plan_plots.add(plots.section(entries, out, "pipeline", pipeline=True), entries, out)
 
@@ -97,5 +97,5 @@ KIND = KINDS.register(Kind(
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule", settings=TRAIN_SETTINGS,
                  claims=lambda meta: not meta.get("kind") and str(meta.get("suite", "")).startswith("pipeline")),
     report=Report(title="Pipeline", section=_section, summary=strategies_summary, live=StrategiesLive,
-                  headline=drawn_by("bench.strategies.plots", "headline", "pipeline", pipeline=True)),
+                  headline=drawn_by("bench.training.plots", "headline", "pipeline", pipeline=True)),
 ))

@@ -11,7 +11,7 @@ refused, and every prediction names the machine it was calibrated on and the one
   schedule's own action order, every such action lasting its fitted time + o, takes the measured
   step (scipy.optimize.brentq: the makespan grows monotonically with o); per schedule and
   pipeline ranks the median over its cases, and per placement (ranks, stages per rank, loop or
-  V: bench.strategies.schedules) the median over the placement's cases, for schedules that were
+  V: bench.training.schedules) the median over the placement's cases, for schedules that were
   not calibrated. The fitted times are compute only: what a run takes beyond them is p2p, Python
   dispatch and the wait machinery. Measured on 2 CPU cores o is not one constant (about 1.3 ms
   with one stage per rank at 2 ranks, 0.5 ms with two, 2-4 ms at 4 ranks oversubscribed; 1F1B,
@@ -32,7 +32,7 @@ refused, and every prediction names the machine it was calibrated on and the one
   the calibration never ran is refused, not guessed.
 
 Predict (for a candidate: stages, schedule, chunks m, micro-batch b): replay torch's own action
-order for that schedule (bench.strategies.replay, orders from torch.distributed.pipelining)
+order for that schedule (bench.training.replay, orders from torch.distributed.pipelining)
 with every action lasting t(s, k, b) (+ o for F, B, I); step time = the replay's makespan + c; bubble = the
 replay's mean idle share with the fitted compute times alone; memory = base + q * in-flight.
 
@@ -51,8 +51,8 @@ import torch.nn as nn
 
 from bench.allreduce import model as hockney
 from bench.errors import BenchError
-from bench.strategies import schedules as scheds
-from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order, replay
+from bench.training import schedules as scheds
+from bench.training.replay import from_pipeline_order, gpipe_order, one_f_one_b_order, replay
 
 ACTION_KINDS = ("F", "B", "I", "W")
 SENDING = ("F", "B", "I")  # the actions that receive their input from, or send it to, another stage
@@ -64,7 +64,7 @@ class Observation:
 
     model: str
     stages: int  # pipeline ranks
-    schedule: str  # bench.strategies.schedules name
+    schedule: str  # bench.training.schedules name
     chunks: int
     micro_batch: int
     step_s: float  # measured median step
@@ -74,7 +74,7 @@ class Observation:
     run_id: str = ""
     run_dir: str = ""
     bubble: float = float("nan")  # measured mean bubble, where the run has it
-    checkpoint: str = "never"  # activation checkpointing: always | except_last | never (bench.strategies.pp)
+    checkpoint: str = "never"  # activation checkpointing: always | except_last | never (bench.training.pp)
     dp: int = 1  # data-parallel replicas of the pipeline (pp x dp); micro_batch and stage times are one replica's
     machine: str = ""  # the machine the run measured (plan_cli.machine_of: device, backend, nodes)
 
@@ -521,7 +521,7 @@ def torch_order(schedule: str, stages: int, chunks: int) -> dict:
     `chunks` micro-batches, built without a process group: the multi-stage schedules compute
     their pipeline_order in __init__ from the stages' indices alone, so placeholder stages
     (index, count, rank; an nn.Identity as submodule) suffice. GPipe and 1F1B use the order
-    their _step_microbatches executes (bench.strategies.replay), as the trainer does."""
+    their _step_microbatches executes (bench.training.replay), as the trainer does."""
     sch = scheds.get(schedule)
     why = sch.rule(stages, chunks)
     if why:

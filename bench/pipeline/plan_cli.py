@@ -20,8 +20,8 @@ from bench.results.rundir import RunDir, read_meta, write_json
 from bench.results.schema import SCHEMA_VERSION, conform
 from bench.results.store import load_run, write_parquet
 from bench.suite import resolve_suite, tomllib
-from bench.strategies import schedules as scheds
-from bench.strategies.pp import CHECKPOINTS
+from bench.training import schedules as scheds
+from bench.training.pp import CHECKPOINTS
 from bench.units import parse_size
 from bench.workloads.models import get_spec
 

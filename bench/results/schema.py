@@ -243,7 +243,7 @@ NCCL_TUNING = {
     "log_files": "int64",  # NCCL log files of the launch that were read
 }
 
-# ---- strategy / pipeline kinds (bench.strategies): additive columns and tables ----------------
+# ---- strategy / pipeline kinds (bench.training): additive columns and tables ----------------
 
 STRATEGY = {
     "strategy": "string",  # dp | ddp | layer | tp | pp | fsdp
@@ -260,7 +260,7 @@ STRATEGY = {
     "sweep_mode": "string",  # mini-batch (fixed mini-batch split into chunks) | micro-batch (fixed micro-batch)
     "balance": "string",  # blocks per stage, "" = even
     "bucket_cap_mb": "float64",  # ddp only
-    "layout": "string",  # the mesh's degrees outermost first, e.g. pp2.dp2.tp2 (bench.strategies.dims)
+    "layout": "string",  # the mesh's degrees outermost first, e.g. pp2.dp2.tp2 (bench.training.dims)
     "pp_degree": "int64",  # pipeline ranks of the mesh
     "dp_degree": "int64",  # DDP replicas (mesh dimension dp_replicate)
     "fsdp_degree": "int64",  # FSDP2 shards (mesh dimension dp_shard)
@@ -308,7 +308,7 @@ STRATEGY = {
     "nocompute_frac": "float64",  # mean over ranks of 1 - compute / step wall
     "bubble_gpipe_theory": "float64",  # (p-1)/(m+p-1); (p-1)/(v m+p-1) interleaved
     "bubble_megatron_theory": "float64",  # (p-1)/(v m)
-    "bubble_theory": "float64",  # the schedule's own formula (bench.strategies.schedules), as a fraction of the step
+    "bubble_theory": "float64",  # the schedule's own formula (bench.training.schedules), as a fraction of the step
     "bubble_theory_formula": "string",  # which formula, with its source
     "bubble_exact": "float64",  # timed workload: the schedule's order replayed with the known action times; null elsewhere
     "exact_step_s": "float64",  # timed workload: the step that replay takes

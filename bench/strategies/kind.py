@@ -10,9 +10,9 @@ from bench.options import add_training_options, ints, overrides
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
 from bench.strategies.config import StrategiesConfig, expand_strategies
-from bench.strategies.memory import memory_of
-from bench.strategies.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
-from bench.strategies.measure import measure
+from bench.training.measure import measure
+from bench.training.memory import memory_of
+from bench.training.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
 
 
 def add_options(p):
@@ -70,7 +70,7 @@ KIND = KINDS.register(Kind(
     at_world=at_world, memory=memory_of(expand_strategies),
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="strategy", aliases=("strategy",), settings=TRAIN_SETTINGS),
     report=Report(title="Strategies",
-                  section=drawn_by("bench.strategies.plots", "section", "strategies", pipeline=False),
+                  section=drawn_by("bench.training.plots", "section", "strategies", pipeline=False),
                   summary=strategies_summary, live=StrategiesLive,
-                  headline=drawn_by("bench.strategies.plots", "headline", "strategies", pipeline=False)),
+                  headline=drawn_by("bench.training.plots", "headline", "strategies", pipeline=False)),
 ))

@@ -1,9 +1,19 @@
-"""Parallel training strategies: one small module per strategy, each registering a `Strategy`
-(bench.strategies.base) in REGISTRY; importing this package registers all of them."""
+"""The training engine the strategies and pipeline kinds share (docs/architecture.md).
+
+- trainers: one small module per strategy (dp, ddp, layer, tp, pp, fsdp, composed), each registering
+  a `Strategy` (base) in REGISTRY; importing this package registers all of them;
+- the pipeline runtime and its arithmetic: schedules (torch.distributed.pipelining's), replay (a
+  schedule's own action order with measured or exact durations), theory (textbook bubbles),
+  breakdown (per-rank compute / exposed comm / idle);
+- layouts: dims (ParallelDims, the DeviceMesh degrees), layout (building a composed layout),
+  footprint and memory (bytes per rank and stage, for preflight);
+- one case: case (CaseSpec), measure (a case on every rank -> its rows), reading (how stored
+  training rows are read), plots and layout_table (the kinds' report sections).
+"""
 
 # isort: off  (registration order is display order)
-from bench.strategies import dp, ddp, layer, tp, pp, fsdp, composed  # noqa: F401
+from bench.training import dp, ddp, layer, tp, pp, fsdp, composed  # noqa: F401
 # isort: on
-from bench.strategies.base import REGISTRY, Strategy
+from bench.training.base import REGISTRY, Strategy
 
 __all__ = ["REGISTRY", "Strategy"]

@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from bench.registry import Registry
-from bench.strategies.dims import ParallelDims
-from bench.strategies.footprint import Footprint
+from bench.training.dims import ParallelDims
+from bench.training.footprint import Footprint
 from bench.workloads.models import ModelSpec, build_model, loss_fn
 
 # Gradient check tolerance (float32): |got - ref| <= ATOL + RTOL * |ref|, elementwise.
@@ -217,7 +217,7 @@ class Ctx:
     balance: tuple[int, ...] = ()  # blocks per stage / per device group
     bucket_cap_mb: float = 25.0
     lr: float = 1e-3
-    dims: ParallelDims | None = None  # a composed layout's degrees (bench.strategies.layout); None: the strategy's own
+    dims: ParallelDims | None = None  # a composed layout's degrees (bench.training.layout); None: the strategy's own
     extra: dict = field(default_factory=dict)
 
 
@@ -377,12 +377,12 @@ class Strategy:
     doc: str  # first line: what `distbench list` shows
     single_process: bool  # runs in one process at world 1 (dp, layer)
     setup: Callable[[Ctx], "Trainer"]
-    memory: Callable[[Footprint], float]  # per-rank peak bytes of a case (bench.strategies.footprint)
+    memory: Callable[[Footprint], float]  # per-rank peak bytes of a case (bench.training.footprint)
     # every rank's bytes (rank order) on the case's mesh, where ranks differ (pipeline stages, TP):
     # (Footprint, ParallelDims, check) -> bytes, the reference check on rank 0; None: every rank needs memory(f)
     ranks: Callable[..., list[int]] | None = None
     dims: Callable[[int], ParallelDims] = lambda world: ParallelDims(world=world, dp_replicate=world)
-    composed: bool = False  # a layout of several parallelisms (bench.strategies.layout.LAYOUTS)
+    composed: bool = False  # a layout of several parallelisms (bench.training.layout.LAYOUTS)
     min_world: int = 2  # the smallest world it runs at (single-process strategies: 1)
     check: Callable[[ModelSpec, object], str | None] = no_check  # skip note, None, or BenchError
 

@@ -1,4 +1,4 @@
-"""Composed layouts (bench.strategies.layout): fsdp+tp and ddp+tp (TP inside every data-parallel
+"""Composed layouts (bench.training.layout): fsdp+tp and ddp+tp (TP inside every data-parallel
 replica or shard group), pp+tp, pp+ddp, pp+fsdp (the pipeline outermost, each stage TP-sharded
 or data-parallel) and pp+ddp+tp (3D) on one DeviceMesh (pp, dp_replicate, dp_shard, tp).
 
@@ -6,11 +6,11 @@ In the `strategies` kind tp and pp get degree 2 and the data-parallel dimension 
 world (layout_dims); the `pipeline` kind takes any degrees (--stages, --tp, --dp, --fsdp).
 """
 
-from bench.strategies import pp
-from bench.strategies.base import REGISTRY, Ctx, Strategy, mean_loss_all_ranks
-from bench.strategies.ddp import DataParallelTrainer
-from bench.strategies.footprint import layout_memory, layout_ranks
-from bench.strategies.layout import LAYOUTS, check_dims, describe, global_batch, layout_dims, minimum_world, parallelize
+from bench.training import pp
+from bench.training.base import REGISTRY, Ctx, Strategy, mean_loss_all_ranks
+from bench.training.ddp import DataParallelTrainer
+from bench.training.footprint import layout_memory, layout_ranks
+from bench.training.layout import LAYOUTS, check_dims, describe, global_batch, layout_dims, minimum_world, parallelize
 from bench.workloads import Batches, build_model
 
 

@@ -7,9 +7,9 @@ is DDP's gradient bucket size. The timed backward includes the all-reduces DDP o
 
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer, gather_cat, mean_loss_all_ranks
+from bench.training.base import REGISTRY, Ctx, Strategy, Trainer, gather_cat, mean_loss_all_ranks
+from bench.training.footprint import ddp_memory
 from bench.workloads import Batches, build_model, loss_fn
-from bench.strategies.footprint import ddp_memory
 
 def local_batch(ctx: Ctx) -> int:
     return STRATEGY.dims(ctx.world).local_batch(ctx.batch)

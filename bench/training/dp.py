@@ -8,10 +8,10 @@ so and the number is not a parallel one.
 import torch
 import torch.nn as nn
 
-from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
-from bench.strategies.dims import ParallelDims
+from bench.training.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.training.dims import ParallelDims
+from bench.training.footprint import replicated
 from bench.workloads import Batches, build_model
-from bench.strategies.footprint import replicated
 
 PASS_THROUGH = "no CUDA: DataParallel is a pass-through"
 

@@ -1,5 +1,5 @@
 """A training case's memory in closed form, from the model preset: what each strategy's own
-`memory` answer is built from (bench.strategies.base.Strategy.memory), and preflight sums.
+`memory` answer is built from (bench.training.base.Strategy.memory), and preflight sums.
 
     states(P) = P x (4 B params + 4 B grads + optimizer state: 0 B SGD, 8 B Adam)
     A(b)      = activation_bytes(spec, b): saved activations of a forward at b samples
@@ -8,11 +8,11 @@
 import math
 from dataclasses import dataclass
 
-from bench.strategies.dims import ParallelDims
+from bench.training.dims import ParallelDims
 from bench.workloads.models import even_balance, split_pieces
 
 PARAM_BYTES = 4  # every reference model is float32
-# Optimizer state per parameter, bytes: bench/strategies/base.py and pp.py use torch.optim.SGD
+# Optimizer state per parameter, bytes: bench/training/base.py and pp.py use torch.optim.SGD
 # without momentum (no state); momentum would keep one buffer, Adam two (exp_avg, exp_avg_sq).
 OPTIMIZER = "sgd"
 OPTIMIZER_STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8}
@@ -55,7 +55,7 @@ class Footprint:
     world: int
     optimizer: str = OPTIMIZER
     stage_ids: tuple = ()  # per pipeline rank, the stages it holds (the schedule's placement); (): one each
-    balance: tuple = ()  # blocks per stage; (): as even as possible (bench.strategies.pp.validate)
+    balance: tuple = ()  # blocks per stage; (): as even as possible (bench.training.pp.validate)
 
     @property
     def params(self) -> int:
@@ -77,7 +77,7 @@ class Footprint:
 # ---- per piece and per stage (a pipeline stage holds pieces [lo, hi) of build_model's Sequential) ----
 
 def piece_params(spec, i: int, tp: int = 1, role: str = "") -> float:
-    """Parameters of piece `i` held by one TP rank (bench.strategies.tp.plan): a GPT block's q, k,
+    """Parameters of piece `i` held by one TP rank (bench.training.tp.plan): a GPT block's q, k,
     v, out, up, down are split (12 w^2 + 7 w of its 12 w^2 + 13 w; the out and down biases and the
     norms, 6 w, replicated), the embedding and the head replicated; an MLP block (w^2 + w) split
     when it is the Colwise (weight and bias) or Rowwise (weight) half of a pair (`role`: col, row)."""
@@ -116,7 +116,7 @@ def stage_acts_per_sample(spec, lo: int, hi: int, tp: int = 1) -> float:
 
 
 def layout_ranks(f: Footprint, dims, check: bool = False) -> list[int]:
-    """Peak bytes of every rank of a mesh layout (bench.strategies.dims.ParallelDims), rank order:
+    """Peak bytes of every rank of a mesh layout (bench.training.dims.ParallelDims), rank order:
     its stages' parameters as one TP rank holds them (P_r), then
         states(P_r) / dp_shard                  parameters, gradients, optimizer state (FSDP shards them)
       + 4 B x P_r                               a DDP replica's gradient buckets (dp_replicate > 1 alone)
@@ -165,7 +165,7 @@ def fsdp_memory(f: Footprint) -> float:
 
 
 def layout_memory(f: Footprint, dims) -> float:
-    """A mesh layout (bench.strategies.dims.ParallelDims: pp, tp and the composed layouts): the
+    """A mesh layout (bench.training.dims.ParallelDims: pp, tp and the composed layouts): the
     most loaded rank of layout_ranks (without the check)."""
     return max(layout_ranks(f, dims))
 

@@ -7,12 +7,12 @@ as under DDP. The timed forward/backward include those collectives.
 
 from torch.distributed.device_mesh import init_device_mesh
 
-from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
-from bench.strategies.dims import ParallelDims
-from bench.strategies.ddp import DataParallelTrainer, check, local_batch
+from bench.training.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.training.ddp import DataParallelTrainer, check, local_batch
+from bench.training.dims import ParallelDims
+from bench.training.footprint import fsdp_memory
 from bench.workloads import Batches, build_model
 from bench.workloads.models import blocks
-from bench.strategies.footprint import fsdp_memory
 
 def _fully_shard():
     try:

@@ -7,11 +7,11 @@ import torch
 import torch.nn as nn
 
 from bench.errors import BenchError
-from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
-from bench.strategies.dims import ParallelDims
+from bench.training.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.training.dims import ParallelDims
+from bench.training.footprint import replicated
 from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
-from bench.strategies.footprint import replicated
 
 DEFAULT_GROUPS = 2
 

@@ -1,8 +1,8 @@
 """Composed layouts on one DeviceMesh, torchtitan's way (torchtitan/models/llama3/infra/parallelize.py).
 
-The mesh (bench.strategies.dims.ParallelDims.build_mesh) has dimensions (pp, dp_replicate,
+The mesh (bench.training.dims.ParallelDims.build_mesh) has dimensions (pp, dp_replicate,
 dp_shard, tp), pipeline outermost. The pipeline splits the model into stages first
-(bench.strategies.pp); inside a stage (or on the whole model without a pipeline) `parallelize`
+(bench.training.pp); inside a stage (or on the whole model without a pipeline) `parallelize`
 applies, in this one order:
 
 1. TP: torch.distributed.tensor.parallel.parallelize_module over mesh["tp"] with tp.plan of the
@@ -36,8 +36,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from bench.errors import BenchError
-from bench.strategies import tp as tp_mod
-from bench.strategies.dims import SHORT, ParallelDims
+from bench.training import tp as tp_mod
+from bench.training.dims import SHORT, ParallelDims
 from bench.workloads.models import ModelSpec
 
 # Composed strategies of the `strategies` kind: name -> the mesh dimensions it uses. The degrees at
@@ -73,7 +73,7 @@ def check_dims(spec: ModelSpec, dims: ParallelDims, batch: int, schedule: str = 
         tp_mod.validate(spec, dims.tp)
     dims.local_batch(batch)
     if dims.pp > 1 and dims.dp_shard > 1 and schedule:
-        from bench.strategies import schedules  # lazy: the schedules registry imports pp, which imports this module
+        from bench.training import schedules  # lazy: the schedules registry imports pp, which imports this module
 
         if schedules.get(schedule).split_backward:
             raise BenchError(f"schedule {schedule} with fsdp({dims.dp_shard}) inside the stages gives wrong gradients "
@@ -120,9 +120,9 @@ def parallelize(module: nn.Module, pieces: nn.Sequential, spec: ModelSpec, dims:
 
         parallelize_module(pieces, mesh["tp"], tp_mod.plan(spec, [int(k) for k in pieces._modules]))
     if dims.dp_shard > 1:
-        from bench.strategies.fsdp import _fully_shard  # lazy: fsdp registers itself after pp (display order)
+        from bench.training.fsdp import _fully_shard  # lazy: fsdp registers itself after pp (display order)
 
-        fully_shard = _fully_shard()  # torch's FSDP2 (bench.strategies.fsdp picks the module by torch version)
+        fully_shard = _fully_shard()  # torch's FSDP2 (bench.training.fsdp picks the module by torch version)
         dp_mesh = mesh["dp_replicate", "dp_shard"] if dims.dp_replicate > 1 else mesh["dp_shard"]
         for piece in pieces:
             fully_shard(piece, mesh=dp_mesh)

@@ -4,8 +4,8 @@ timelines, derive rows.
 
 Per timed step every rank passes a barrier, then runs one training step; its compute spans
 (fwd / bwd / recompute of the local module), its communication waits and its own step span are
-kept. Rank 0 turns them into the per-rank breakdown (bench.strategies.breakdown), the pipeline
-bubble next to the textbook forms and the calibrated replay (bench.strategies.replay).
+kept. Rank 0 turns them into the per-rank breakdown (bench.training.breakdown), the pipeline
+bubble next to the textbook forms and the calibrated replay (bench.training.replay).
 """
 
 import gc
@@ -15,18 +15,18 @@ import numpy as np
 
 from bench.distributed.comm import Comm
 from bench.results.rundir import RunDir
-from bench.strategies.breakdown import breakdown
-from bench.strategies.replay import balanced, exact_durations, replay
-from bench.strategies.schedules import get as get_schedule
-from bench.strategies.theory import gpipe_bubble, megatron_bubble
-from bench.strategies import REGISTRY
-from bench.strategies.base import (COMPUTE_KINDS, TOLERANCE, Ctx, destroy_groups_since, kind_totals, live_groups,
+from bench.training import REGISTRY
+from bench.training.breakdown import breakdown
+from bench.training.replay import balanced, exact_durations, replay
+from bench.training.schedules import get as get_schedule
+from bench.training.theory import gpipe_bubble, megatron_bubble
+from bench.training.base import (COMPUTE_KINDS, TOLERANCE, Ctx, destroy_groups_since, kind_totals, live_groups,
                                    peak_bytes, read_peak, reference_check, release_cached, reset_peak)
-from bench.strategies.config import CaseSpec
-from bench.strategies.pp import validate
 from bench.timing.profile import profile_steps, relative, trace_file
 from bench.timing.stats import summarize
 from bench.timing.timers import sync
+from bench.training.case import CaseSpec
+from bench.training.pp import validate
 from bench.workloads import Batches, build_model, get_spec, loss_fn
 from bench.workloads.models import param_count, split_pieces
 
@@ -208,7 +208,7 @@ def exact_columns(case: CaseSpec, order: dict, world: int) -> dict:
     """The timed workload: the schedule's own order replayed with the known action times (the
     exact bubble, per rank and mean). Empty for the other models."""
     spec = get_spec(case.model)
-    if spec.family != "timed":
+    if not spec.times_known:
         return {}
     balance = validate(schedule=case.schedule, stages=world, chunks=case.chunks, batch=case.batch, depth=spec.depth,
                        balance=case.balance, strict=False, preset=spec.preset)

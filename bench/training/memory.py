@@ -6,9 +6,9 @@ import dataclasses
 import math
 
 from bench.kind import Memory
-from bench.strategies import REGISTRY
-from bench.strategies.footprint import Footprint, layout_ranks
-from bench.strategies.schedules import get as get_schedule
+from bench.training import REGISTRY
+from bench.training.footprint import Footprint, layout_ranks
+from bench.training.schedules import get as get_schedule
 from bench.workloads.models import get_spec
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from bench.report.plots.common import Section, chunk_axis, finish_axes, legend, new_figure, save, style
 from bench.report.plots.data import Entry, lacking, num, series_keys, series_label, table
-from bench.strategies.layout_table import layout_table
+from bench.training.layout_table import layout_table
 
 # "_fixed" is what a sweep holds constant: the mini-batch (mini-batch mode, micro-batch = batch / chunks)
 # or the micro-batch (micro-batch mode); the other one varies along the line, so it is no series key.

@@ -1,4 +1,4 @@
-"""pp: torch.distributed.pipelining, every schedule it ships (bench.strategies.schedules: GPipe,
+"""pp: torch.distributed.pipelining, every schedule it ships (bench.training.schedules: GPipe,
 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) with the stage
 placement each needs (one stage per rank; two per rank looped, r and r + p; or V-shaped, r and
 2p-1-r); `chunks` micro-batches per mini-batch; `balance` blocks per stage; activation
@@ -22,14 +22,14 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from bench.errors import BenchError
-from bench.strategies import schedules as scheds
-from bench.strategies.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
-from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
-from bench.strategies.dims import SHORT, ParallelDims
-from bench.strategies.layout import check_dims, full_grads, global_batch, parallelize
+from bench.training import schedules as scheds
+from bench.training.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.training.dims import SHORT, ParallelDims
+from bench.training.footprint import layout_ranks, pipeline_memory
+from bench.training.layout import check_dims, full_grads, global_batch, parallelize
+from bench.training.replay import from_pipeline_order, gpipe_order, one_f_one_b_order
 from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
-from bench.strategies.footprint import layout_ranks, pipeline_memory
 
 SCHEDULES = scheds.SCHEDULES
 CHECKPOINTS = ("always", "except_last", "never")
@@ -169,7 +169,7 @@ class PPTrainer(Trainer):
     def __init__(self, ctx: Ctx):
         from torch.distributed.pipelining import PipelineStage  # lazy: torch.distributed.pipelining (~1.4 s) only when pp runs
 
-        # A composed layout (ctx.dims: pp x dp x tp, bench.strategies.layout) runs one pipeline per
+        # A composed layout (ctx.dims: pp x dp x tp, bench.training.layout) runs one pipeline per
         # data-parallel slice on one DeviceMesh; each stage is TP-sharded / FSDP- or DDP-wrapped there.
         self.dims = dims = ctx.dims or ParallelDims(world=ctx.world, pp=ctx.world)
         mesh = dims.build_mesh(ctx.device.type) if dims.composed else None

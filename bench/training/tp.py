@@ -9,11 +9,11 @@ Rowwise; embedding, norms and head replicated. Every rank sees the whole mini-ba
 from torch.distributed.device_mesh import init_device_mesh
 
 from bench.errors import BenchError
-from bench.strategies.base import REGISTRY, Ctx, Strategy, Trainer
-from bench.strategies.dims import ParallelDims
+from bench.training.base import REGISTRY, Ctx, Strategy, Trainer
+from bench.training.dims import ParallelDims
+from bench.training.footprint import layout_ranks, tp_memory
 from bench.workloads import Batches, build_model
 from bench.workloads.models import ModelSpec
-from bench.strategies.footprint import layout_ranks, tp_memory
 
 
 

@@ -5,7 +5,7 @@ Both are an `nn.Sequential` of *pieces* so every strategy can take them apart th
 MLP pieces are its blocks; GPT pieces are [Embed, Block x n_layer, Head]. The timed family
 (TimedBlock) is the pipeline bubble's yardstick: each block's forward, input-gradient and
 weight-gradient backward take known times, so every schedule's bubble is known exactly from its
-action order (bench.strategies.replay.exact_durations). On CPU an action sleeps on the host
+action order (bench.training.replay.exact_durations). On CPU an action sleeps on the host
 (sleeping ranks do not compete for cores); on CUDA it occupies the device (`occupy`: a spin
 kernel of the cycles that many seconds take, calibrated once per device), so the CUDA-event
 spans and waits measure the known times too. A pipeline stage is a
@@ -44,6 +44,12 @@ class ModelSpec:
         """Timed family: (F, I, W) seconds of one block's forward, input- and weight-gradient."""
         k = self.slow_factor if block == self.slow_block else 1.0
         return self.fwd_s * k, self.bwd_input_s * k, self.bwd_weight_s * k
+
+    @property
+    def times_known(self) -> bool:
+        """Every action's time is known (the timed family: block_times), so a schedule's exact
+        bubble is too (bench.training.replay)."""
+        return self.family == "timed"
 
     @property
     def tokens_per_sample(self) -> int:
