@@ -230,3 +230,13 @@ def test_namespaces_of_a_killed_invocation_are_removed_by_the_next():
         live.kill()
         for ns in mine:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@needs_root
+@pytest.mark.slow
+def test_bad_input_inside_is_every_rank_s_line_and_exit_2():
+    r = _cli("--nodes", "2", "--link", "1gbit", "--", "distbench", "collectives", "--sizes", "bogus")
+    assert r.returncode == 2, r.stderr[-3000:]
+    for prefix, rank in (("", 0), ("node1| ", 1)):
+        assert f"{prefix}distbench: error: rank {rank} (node {rank}, local rank 0): bad size 'bogus'" in r.stderr
+    assert _left(_id(r.stderr)) == []

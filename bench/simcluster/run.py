@@ -33,6 +33,7 @@ from bench.simcluster.net import RENDEZVOUS_PORT, Network, format_rate, leftover
 
 RESULTS_LINE = re.compile(r"^# results: (.+)$")  # bench.harness.run.close_run prints it on rank 0
 KEPT_LINE = re.compile(r"finished cases are kept in (\S+?);")  # a failed or interrupted run
+WORKER_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank")  # torchrun's agent on a failed worker
 STOP_GRACE_S = 10.0  # after SIGTERM, how long the agents get to stop their workers
 PEER_GRACE_S = 20.0  # after one node failed, how long the others get to fail on their own
 NOTE = ("simulated cluster: every node is a network namespace on this one host, with its own hostname and "
@@ -82,6 +83,7 @@ class SimCluster:
         self.torchrun: list[list[str]] = []
         self._lock = threading.Lock()
         self.stopping = False  # set when simcluster stops the nodes itself
+        self.worker_exits: list[int] = []  # exit codes of failed workers, as the agents report them
         self.tmp: str | None = None
 
     def __enter__(self):
@@ -138,6 +140,9 @@ class SimCluster:
             m = RESULTS_LINE.match(line.rstrip("\n")) or KEPT_LINE.search(line)
             if m:
                 self.run_dir = m.group(1).strip()
+            w = WORKER_EXIT.search(line)
+            if w:
+                self.worker_exits.append(int(w.group(1)))
             if self.stopping and not line.startswith("distbench"):  # the agents' tracebacks of our SIGTERM
                 continue
             with self._lock:
@@ -146,7 +151,8 @@ class SimCluster:
 
     def wait(self) -> int:
         """Every node's exit; after one node fails, the others get PEER_GRACE_S to end on their own.
-        The exit code: node 0's when it failed, else the first failing node's, else 0."""
+        The exit code: 2 when every failed rank exited 2 (a one-line refusal of its input), else
+        node 0's when it failed, else the first failing node's, else 0."""
         failed_at = None
         while any(p.poll() is None for p in self.procs):
             codes = [p.poll() for p in self.procs]
@@ -160,7 +166,10 @@ class SimCluster:
         for t in self.threads:
             t.join(timeout=5)
         codes = [p.wait() for p in self.procs]
-        return codes[0] if codes[0] else next((c for c in codes if c), 0)
+        code = codes[0] if codes[0] else next((c for c in codes if c), 0)
+        if code and self.worker_exits and set(self.worker_exits) == {2}:
+            return 2  # every failed rank refused its input (exit 2); torchrun itself exits 1
+        return code
 
     def stop_processes(self):
         live = [p for p in self.procs if p.poll() is None]
