@@ -142,6 +142,8 @@ class Kind:
     help: str
     config: type  # a bench.suite.RunConfig subclass
     tables: tuple[str, ...]  # the tables its runs hold (bench.results.schema.TABLES keys)
+    columns: dict = field(default_factory=dict)  # {table: {column: dtype}} this kind adds to the generic
+    # tables or brings of its own (bench.results.schema.TABLES merges them; the schema file names no kind)
     add_options: Callable[[argparse.ArgumentParser], None]  # its own CLI options (common ones are added for it)
     options: Callable[[argparse.Namespace], dict]  # parsed options -> config field overrides
     units: Callable[[Any, int, dict], tuple[list, list[str]]]  # (cfg, world, run meta) -> (units, notes); pure;

@@ -1,13 +1,20 @@
 """Issue 19: a kind defined in tests/ (toy_kind.py) runs through every generic command with no
-edit anywhere in bench/: run, show, report, compare, gate and preflight."""
+edit anywhere in bench/: run, show, report, compare, gate, history and preflight; and (issue 33)
+with a results column of its own, which the schema takes from the kind (Kind.columns)."""
 
 import importlib
 import json
 
+import pandas as pd
 import pytest
 
 from bench.cli import main
 from bench.kind import KINDS
+from conftest import ROOT
+
+
+def schema_source() -> str:
+    return (ROOT / "bench" / "results" / "schema.py").read_text()
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -47,6 +54,15 @@ def test_run_and_show(runs, toy, capsys):
     capsys.readouterr()
     assert main(["show", str(dirs[0])]) == 0
     assert "# toy summary: 2 row(s)" in capsys.readouterr().out
+    res = pd.read_parquet(dirs[0] / "results.parquet")
+    assert (res["toy_adds_per_s"] > 0).all() and len(res) == 2  # its own column, stored
+
+
+def test_its_column_is_in_the_schema_only_while_it_is_registered(toy):
+    from bench.results.schema import TABLES
+
+    assert TABLES["results"]["toy_adds_per_s"] == "float64"
+    assert "toy_adds_per_s" not in schema_source()
 
 
 def test_report_has_the_kinds_own_section(runs):
@@ -70,6 +86,15 @@ def test_compare_and_gate(runs, capsys):
     # may find them too noisy to decide (3); it never fails to understand the kind (2)
     assert rc in (0, 3), out
     assert "toy.add" in out and "time_median_s" in out
+
+
+def test_history_reads_the_kinds_own_metric(runs, toy, capsys):
+    root, _, _ = runs
+    capsys.readouterr()
+    assert main(["history", "--root", str(root / "results"), "--kind", toy.NAME, "--case", "toy.add",
+                 "--metric", "toy_adds_per_s", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["metric"] == "toy_adds_per_s" and len(doc["points"]) == 3  # one point per run
 
 
 def test_preflight_asks_the_kind_for_memory(runs, toy, capsys):

@@ -15,6 +15,8 @@ from bench.suite import RunConfig
 from bench.units import parse_size
 
 NAME = "toyadd"
+# a column of its own: the results table gains it through Kind.columns (bench.results.schema names no kind)
+COLUMNS = {"results": {"toy_adds_per_s": "float64"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +71,8 @@ def measure(unit: Unit, launch) -> dict:
     if launch.info.rank != 0:
         return {"results": []}
     return {"results": [{**launch.base_row(), "case_id": "toy.add", "size_bytes": unit.size,
-                         "placement": "in-place", "time_median_s": statistics.median(times), "wrong": wrong}]}
+                         "placement": "in-place", "time_median_s": statistics.median(times), "wrong": wrong,
+                         "toy_adds_per_s": 1.0 / statistics.median(times)}]}
 
 
 def section(entries, out_dir) -> Section:
@@ -90,8 +93,9 @@ class Live:
 
 
 KIND = KINDS.register(Kind(
-    module=__name__, name=NAME, help="a toy kind (tests only)", config=ToyConfig, tables=("results",),
+    module=__name__, name=NAME, help="a toy kind (tests only)", config=ToyConfig, tables=("results",), columns=COLUMNS,
     add_options=add_options, options=options, units=units, measure=measure, memory=Memory(need=need, fits=fits),
-    read=Reading(metrics=(Metric("time_median_s", True, True),), group="case_id"),
+    read=Reading(metrics=(Metric("time_median_s", True, True), Metric("toy_adds_per_s", False, False)),
+                 group="case_id"),
     report=Report(title="Toy adds", section=section, summary=summary, live=Live),
 )) if NAME not in KINDS else KINDS.get(NAME)

@@ -19,23 +19,24 @@ import torch
 
 from bench.allreduce import REGISTRY, Plan as AlgPlan
 from bench.allreduce.analysis import bus_factor, write_model
+from bench.allreduce.columns import COLUMNS
 from bench.allreduce.config import AllreduceConfig, CaseSpec, expand, variant_label
+from bench.allreduce.memory import MEMORY
 from bench.allreduce.nccl_log import PROBE, log_env, write_nccl_tuning
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
+from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
-from bench.allreduce.memory import MEMORY
-from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
-from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
 from bench.harness.rows import timed_tables
+from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
 from bench.options import overrides
 from bench.report.summaries import allreduce_summary
 from bench.report.terminal import AllreduceLive
 from bench.results.metadata import nccl_env
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop
-from bench.timing.stats import rank_reduce_for
 from bench.timing.profile import profile_ops, relative, size_note, size_profiled, trace_file
+from bench.timing.stats import rank_reduce_for
 from bench.timing.timers import sync
 from bench.units import parse_dtype
 
@@ -230,6 +231,7 @@ def finish(run_dir, cfg):
 KIND = KINDS.register(Kind(
     module=__name__, name="allreduce", help="allreduce algorithms (ring, tree, star, halving_doubling, native) across message sizes, "
                            "with a fitted alpha-beta cost model", config=AllreduceConfig,
+    columns=COLUMNS,
     tables=("results", "samples", "ranks", "telemetry", "model", "residuals", "crossover", "predictions", "nccl_tuning"),
     add_options=add_options, options=options, units=units, measure=measure, plan=plan, finish=finish,
     estimate_s=estimate_s, memory=MEMORY,

@@ -11,6 +11,7 @@ import torch
 from bench.collectives import REGISTRY, Ctx
 from bench.collectives import probe
 from bench.collectives.base import wrong_elements
+from bench.collectives.columns import COLUMNS
 from bench.collectives.config import CaseSpec, CollectivesConfig, expand
 from bench.collectives.memory import MEMORY
 from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
@@ -182,7 +183,8 @@ def acceptance(run, cfg: CollectivesConfig) -> list[str]:
 
 KIND = KINDS.register(Kind(
     module=__name__, name="collectives", help="time every collective primitive across message sizes", config=CollectivesConfig,
-    tables=("results", "samples", "ranks", "telemetry"), add_options=add_options, options=options, units=units,
+    columns=COLUMNS, tables=("results", "samples", "ranks", "telemetry"), add_options=add_options, options=options,
+    units=units,
     measure=measure, plan=plan, estimate_s=estimate_s, acceptance=acceptance, memory=MEMORY,
     # gate groups: one per case_id (a collective at one dtype, op, root and mode; shown by its collective)
     read=Reading(metrics=COMM_METRICS, group="case_id", narrow=narrow_sized("-c", "collective"),

@@ -7,6 +7,7 @@ import dataclasses
 from bench.errors import BenchError
 from bench.kind import KINDS, Kind, Reading, Report, drawn_by
 from bench.options import add_training_options, ints, overrides
+from bench.pipeline.columns import COLUMNS
 from bench.pipeline.config import PipelineConfig, expand_pipeline
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
@@ -89,7 +90,7 @@ def _section(entries, out):
 
 KIND = KINDS.register(Kind(
     module=__name__, name="pipeline", help="pipeline parallelism (torch.distributed.pipelining): chunks sweep, bubble",
-    config=PipelineConfig, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
+    config=PipelineConfig, columns=COLUMNS, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
                                    "microbatch_efficiency", "telemetry", "plan_predictions"),
     add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
     after_units=efficiency, at_world=at_world, memory=memory_of(expand_pipeline),

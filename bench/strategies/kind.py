@@ -10,6 +10,7 @@ from bench.options import add_training_options, ints, overrides
 from bench.report.summaries import strategies_summary
 from bench.report.terminal import StrategiesLive
 from bench.strategies.config import StrategiesConfig, expand_strategies
+from bench.training.columns import COLUMNS
 from bench.training.measure import measure
 from bench.training.memory import memory_of
 from bench.training.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
@@ -65,7 +66,7 @@ def units(cfg: StrategiesConfig, world: int, meta: dict):
 
 KIND = KINDS.register(Kind(
     module=__name__, name="strategies", help="train reference models under dp, ddp, layer, tp, pp, fsdp", config=StrategiesConfig,
-    tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans", "telemetry"),
+    columns=COLUMNS, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans", "telemetry"),
     add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
     at_world=at_world, memory=memory_of(expand_strategies),
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="strategy", aliases=("strategy",), settings=TRAIN_SETTINGS),
