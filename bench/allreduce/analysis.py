@@ -12,9 +12,10 @@ from pathlib import Path
 
 from bench.allreduce import REGISTRY
 from bench.allreduce.config import predict_size_list
-from bench.allreduce.model import fit, measured_crossover, model_crossover, n_half, predict
+from bench.allreduce.model import measured_crossover, model_crossover, n_half
 from bench.report.format import row_label
 from bench.results.store import RunWriter, load_run
+from bench.timing.alphabeta import fit, predict
 from bench.timing.stats import GB, figure_text
 from bench.units import parse_dtype
 

@@ -1,46 +1,29 @@
 """`distbench plan`: a calibrated pipeline model. Every number it prints is a PREDICTION.
 
-Calibrate (from stored pipeline runs of one model on one machine: runs of several machines are
-refused, and every prediction names the machine it was calibrated on and the one it is for):
-  per stage s and action kind k (F forward with the loss on the last stage, B full backward
-  with recompute, I / W input / weight backward where measured), the median time per
-  micro-batch as a line in the micro-batch size b:  t(s, k, b) = a[s,k] + c[s,k] * b
-  (least squares over the calibration cases at that pipeline depth; numpy.polyfit);
-  the schedule runtime's overhead per action, o (F, B and I: the actions that send or receive;
-  W sends nothing and gets none): for each calibration case the o at which the replay of the
-  schedule's own action order, every such action lasting its fitted time + o, takes the measured
-  step (scipy.optimize.brentq: the makespan grows monotonically with o); per schedule and
-  pipeline ranks the median over its cases, and per placement (ranks, stages per rank, loop or
-  V: bench.training.schedules) the median over the placement's cases, for schedules that were
-  not calibrated. The fitted times are compute only: what a run takes beyond them is p2p, Python
-  dispatch and the wait machinery. Measured on 2 CPU cores o is not one constant (about 1.3 ms
-  with one stage per rank at 2 ranks, 0.5 ms with two, 2-4 ms at 4 ranks oversubscribed; 1F1B,
-  whose runtime batches a forward's send with a backward's receive, runs about 8% faster than
-  GPipe at 2 ranks with the same actions), so it is calibrated per schedule;
-  the per-step cost c (what a step pays once: optimizer step, chunk split and merge, the
-  runtime's setup), one per pipeline depth, shared by that depth's schedules: when some schedule
-  was measured at two or more micro-batch counts, c and every schedule's o are fitted jointly by
-  least squares on the relative step error (scipy.optimize.least_squares, c >= 0; the o solved per
-  case alone fell as micro-batches grew, pp4 about 2.8 ms per action at 4 micro-batches and 1.9 ms
-  at 16: a per-step cost spread over more actions); otherwise c = 0 and o is the median above;
-  memory per rank: peak = base[depth, r] + q[checkpoint mode] * (samples of the micro-batches
-  rank r holds at once), least squares over calibration cases: the base (parameters, gradients,
-  optimizer state) is the same in every mode, the slope is the mode's (checkpointing keeps only
-  each in-flight micro-batch's stage input; q absorbs the allocator's rounding).
-  Activation checkpointing (torchgpipe's modes always / except_last / never): the stage times
-  are fitted per (model depth, mode), so a mode's recompute is in its measured B (or I); a mode
-  the calibration never ran is refused, not guessed.
+This module is the model's vocabulary and its prediction; the calibration that fits it is
+bench.pipeline.plan_fit (docs/plan.md, "The model").
+
+A calibration (Calibration), from stored pipeline runs of one model on one machine, holds per
+model depth and checkpoint mode a line per stage and action kind (F forward with the loss on the
+last stage, B full backward with recompute, I / W input / weight backward where measured),
+t(s, k, b) = a + c * b in the micro-batch size b; the schedule runtime's overhead per sending
+action o (F, B and I; W sends nothing and gets none), per schedule and pipeline ranks and per
+placement (ranks, stages per rank, loop or V: bench.training.schedules); the per-step cost c, one
+per pipeline depth; memory per rank, base[depth, r] + q[checkpoint mode] * (samples of the
+micro-batches rank r holds at once); and, with a sendrecv run, the p2p link between stages
+(alpha-beta, Link).
 
 Predict (for a candidate: stages, schedule, chunks m, micro-batch b): replay torch's own action
 order for that schedule (bench.training.replay, orders from torch.distributed.pipelining)
-with every action lasting t(s, k, b) (+ o for F, B, I); step time = the replay's makespan + c; bubble = the
-replay's mean idle share with the fitted compute times alone; memory = base + q * in-flight.
+with every action lasting t(s, k, b) (+ o for F, B, I; + the link's transfer for an action that
+sends to another rank); step time = the replay's makespan + c; bubble = the replay's mean idle
+share with the fitted compute times alone; memory = base + q * in-flight.
 
-Layouts pp x dp: each data-parallel degree is calibrated from its own cases (fit_layouts, one
-Calibration per dp); a replica runs the pipeline on batch / dp, its gradient all-reduce lands in
-the per-step cost c. A candidate outside what was measured (another pipeline depth or dp, a
-micro-batch size outside the calibrated range) is predicted anyway and marked `extrapolated` with
-the reason.
+Layouts pp x dp: each data-parallel degree has a Calibration of its own (layout_for picks it); a
+replica runs the pipeline on batch / dp, its gradient all-reduce lands in the per-step cost c. A
+candidate outside what was measured (another pipeline depth, dp or machine, a micro-batch size
+outside the calibrated range, an uncalibrated schedule's overhead) is predicted anyway and marked
+`extrapolated` with the reason; a checkpoint mode never calibrated is refused, not guessed.
 """
 
 import types
@@ -49,8 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch.nn as nn
 
-from bench.allreduce import model as hockney
 from bench.errors import BenchError
+from bench.timing import alphabeta
+from bench.timing.stats import GB
 from bench.training import schedules as scheds
 from bench.training.replay import from_pipeline_order, gpipe_order, one_f_one_b_order, replay
 
@@ -76,7 +60,7 @@ class Observation:
     bubble: float = float("nan")  # measured mean bubble, where the run has it
     checkpoint: str = "never"  # activation checkpointing: always | except_last | never (bench.training.pp)
     dp: int = 1  # data-parallel replicas of the pipeline (pp x dp); micro_batch and stage times are one replica's
-    machine: str = ""  # the machine the run measured (plan_cli.machine_of: device, backend, nodes)
+    machine: str = ""  # the machine the run measured (plan_runs.machine_of: device, backend, nodes)
 
 
 def placement(schedule: str, ranks: int) -> tuple[int, int, str]:
@@ -109,44 +93,26 @@ class Line:
         return max(0.0, self.a + self.c * b)
 
 
-def fit_line(xs, ys) -> Line:
-    """Least squares; one distinct x gives a line through the origin and that point."""
-    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
-    if len(set(xs.tolist())) < 2:
-        return Line(a=0.0, c=float(np.mean(ys / xs)))
-    c, a = np.polyfit(xs, ys, 1)
-    return Line(a=float(a), c=float(c))
-
-
 @dataclass(frozen=True, kw_only=True)
 class Link:
-    """p2p between two pipeline ranks, alpha-beta: moving n bytes takes alpha + n / beta seconds
-    (Hockney's model), fitted on a sendrecv run (each rank sends and receives at once, as a
-    pipeline's batched p2p does)."""
+    """p2p between two pipeline ranks, alpha-beta (bench.timing.alphabeta: Hockney's model, beta in
+    seconds per byte): moving n bytes takes alpha_s + n * beta_s_per_byte seconds, fitted on a
+    sendrecv run (each rank sends and receives at once, as a pipeline's batched p2p does)."""
 
-    alpha: float  # seconds
-    beta: float  # bytes per second
+    alpha_s: float  # seconds per message
+    beta_s_per_byte: float  # seconds per byte (1 / bandwidth)
     source: str  # the run it was fitted on
     sizes: tuple[int, int]  # the measured range of message sizes
 
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return 1.0 / self.beta_s_per_byte
+
     def seconds(self, n: float) -> float:
-        return self.alpha + n / self.beta
+        return alphabeta.predict(alphabeta.one_message, 2, n, self.alpha_s, self.beta_s_per_byte)
 
-    def label(self) -> str:
-        return f"alpha {self.alpha * 1e6:.1f} us, beta {self.beta / 1e9:.2f} GB/s ({self.source})"
-
-
-def fit_link(sizes, times, source: str) -> Link:
-    """alpha-beta of one message of n bytes, by bench.allreduce.model's Hockney fit (non-negative
-    least squares on the relative error: a small message's latency counts as much as a large one's
-    bandwidth)."""
-    got = hockney.fit(lambda _: (1.0, 1.0), [2] * len(sizes), sizes, times)
-    if got is None:
-        raise BenchError(f"p2p run '{source}' has one message size; alpha-beta needs two or more (--sizes)")
-    if got.beta_s_per_byte <= 0:
-        raise BenchError(f"p2p run '{source}': time does not grow with the message size; no bandwidth to fit")
-    return Link(alpha=got.alpha_s, beta=1.0 / got.beta_s_per_byte, source=source,
-                sizes=(int(min(sizes)), int(max(sizes))))
+    def label(self) -> str:  # "beta" here names the bandwidth, 1 / beta, as the plan has always printed it
+        return f"alpha {self.alpha_s * 1e6:.1f} us, beta {self.bandwidth_bytes_per_s / GB:.2f} GB/s ({self.source})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,7 +210,7 @@ def transfers(schedule: str, ranks: int, order: dict, b: float, link: "Link | No
     return out
 
 
-def _durations(costs: dict, order: dict, b: float, extra: float = 0.0, comm: dict | None = None) -> dict:
+def durations(costs: dict, order: dict, b: float, extra: float = 0.0, comm: dict | None = None) -> dict:
     kinds = {(s, k) for acts in order.values() for s, k, _ in acts}
     comm = comm or {}
     out = {}
@@ -259,154 +225,10 @@ def _durations(costs: dict, order: dict, b: float, extra: float = 0.0, comm: dic
     return out
 
 
-def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_bytes: float = 0.0) -> Calibration:
-    """order_of(schedule, stages, chunks) -> {rank: [(stage, kind, mb), ...]} (torch's order).
-    With a link (and the model's activation bytes per sample at a stage boundary) the transfers
-    are a term of their own and the overhead is what is left; without, the overhead holds them."""
-    model, machine = _one_model(obs), _one_machine(obs)
-    dps = sorted({o.dp for o in obs})
-    if len(dps) > 1:
-        raise BenchError(f"calibration cases mix data-parallel degrees {', '.join(map(str, dps))}: one Calibration "
-                         "per layout (fit_layouts)")
-    costs, depth = {}, {id(o): (model_stages(o.schedule, o.stages), o.checkpoint) for o in obs}
-    for n in sorted(set(depth.values())):
-        pts: dict = {}
-        for o in obs:
-            if depth[id(o)] == n:
-                for key, t in o.stage_s.items():
-                    pts.setdefault(key, []).append((o.micro_batch, t))
-        costs[n] = {key: fit_line(*zip(*v)) for key, v in pts.items()}
-    cases: dict = {}  # pipeline ranks -> [(observation, order, costs, transfers)]
-    rows, ys = [], []
-    for o in obs:
-        order = order_of(o.schedule, o.stages, o.chunks)
-        cases.setdefault(o.stages, []).append((o, order, costs[depth[id(o)]], transfers(
-            o.schedule, o.stages, order, o.micro_batch, link, boundary_bytes)))
-        held = inflight(order)
-        for r, peak in o.peak_bytes.items():
-            rows.append((depth[id(o)][0], r, o.checkpoint, held.get(r, 0) * o.micro_batch))
-            ys.append(peak)
-    overhead, step = {}, {}
-    for ranks, mine in sorted(cases.items()):
-        per_action, step[ranks] = _fit_overheads(mine)
-        overhead.update({(ranks, name): x for name, x in per_action.items()})
-    per_place: dict = {}
-    for (ranks, name), x in sorted(overhead.items()):
-        per_place.setdefault(placement(name, ranks), []).append(x)
-    base, q = _fit_memory(rows, ys)
-    mbs = [o.micro_batch for o in obs]
-    return Calibration(model=model, costs=costs, base_bytes=base, overhead=overhead, step_overhead=step,
-                       placement_overhead={k: float(np.median(v)) for k, v in sorted(per_place.items())},
-                       bytes_per_inflight_sample=q, micro_batches=(min(mbs), max(mbs)),
-                       ranks=tuple(sorted({o.stages for o in obs})),
-                       configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint) for o in obs),
-                       runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs),
-                       link=link, boundary_bytes=boundary_bytes, dp=dps[0], machine=machine)
-
-
-def fit_layouts(obs: list[Observation], order_of, link: Link | None = None, boundary_bytes: float = 0.0) -> dict:
-    """{data-parallel degree: Calibration}: every layout pp x dp is fitted from its own cases alone.
-    A replica runs the same pipeline on its share of the mini-batch, but what it pays beside that
-    differs by layout: the gradient all-reduce between replicas after the last backward (in the
-    per-step cost c of its depth) and, on a shared host, the cores its ranks time-share (in the
-    stage times). The model is one (every piece above), its numbers per layout."""
-    _one_model(obs)
-    _one_machine(obs)
-    return {dp: fit([o for o in obs if o.dp == dp], order_of, link, boundary_bytes)
-            for dp in sorted({o.dp for o in obs})}
-
-
-def _one_model(obs: list[Observation]) -> str:
-    """The one model the cases measured; none, or several, is refused."""
-    if not obs:
-        raise BenchError("no pipeline cases to calibrate from; pass pipeline run directories (distbench pipeline ...)")
-    models = sorted({o.model for o in obs})
-    if len(models) > 1:
-        raise BenchError(f"calibration runs mix models {', '.join(models)}; pass runs of one model (--model)")
-    return models[0]
-
-
-def _one_machine(obs: list[Observation]) -> str:
-    """The one machine the cases were measured on. Runs of several are refused: a stage time of one
-    machine and an overhead of another fit nothing (a CPU calibration would rank GPU layouts)."""
-    runs: dict = {}
-    for o in obs:
-        runs.setdefault(o.machine, set()).add(o.run_id)
-    if len(runs) > 1:
-        raise BenchError("calibration runs were measured on different machines: "
-                         + "; ".join(f"{m or 'machine not recorded'} ({', '.join(sorted(r))})"
-                                     for m, r in sorted(runs.items()))
-                         + "; calibrate on runs of one machine")
-    return next(iter(runs))
-
-
 def layout_for(cals: dict, dp: int) -> "Calibration":
     """The calibration of data-parallel degree `dp`, else the nearest calibrated one's (predict
     marks the candidate extrapolated)."""
     return cals.get(dp) or cals[min(cals, key=lambda d: (abs(d - dp), d))]
-
-
-def _overhead(costs: dict, order: dict, o: Observation, comm: dict | None = None, step: float = 0.0) -> float:
-    """The per-action overhead at which the replay, plus `step` once, takes the measured step
-    (negative when the fitted compute (and transfers) alone already exceed it: the fit is then too
-    slow for this case)."""
-    from scipy.optimize import brentq  # lazy: scipy only when a plan is calibrated
-
-    def gap(x):
-        return replay(order, _durations(costs, order, o.micro_batch, x, comm)).step_s + step - o.step_s
-
-    lo = -min(_durations(costs, order, o.micro_batch).values())
-    hi = max(o.step_s / busiest(order), 1e-9)
-    if gap(lo) >= 0:
-        return lo
-    return float(brentq(gap, lo, hi, xtol=1e-12)) if gap(hi) > 0 else hi
-
-
-def _fit_overheads(cases: list) -> tuple[dict, float]:
-    """One pipeline depth's cases [(observation, order, costs, transfers)] -> ({schedule: seconds
-    per sending action}, seconds per step): the step is the replay with every F, B and I lasting
-    its fitted time + the schedule's o, plus one per-step cost c shared by the depth's schedules
-    (what a step pays once: optimizer step, chunk split and merge, the runtime's setup), fitted
-    jointly by least squares on the relative error (scipy.optimize.least_squares, c >= 0).
-    c needs some schedule measured at two or more micro-batch counts to be told apart from o;
-    without, c = 0 and each o is its cases' median (solved per case with scipy brentq)."""
-    names = sorted({o.schedule for o, *_ in cases})
-    alone = {n: float(np.median([_overhead(c, od, o, comm) for o, od, c, comm in cases if o.schedule == n]))
-             for n in names}
-    if not any(len({o.chunks for o, *_ in cases if o.schedule == n}) > 1 for n in names):
-        return alone, 0.0
-    from scipy.optimize import least_squares  # lazy: scipy only when a plan is calibrated
-
-    idx = [names.index(o.schedule) for o, *_ in cases]
-
-    def residual(v):
-        return [(replay(od, _durations(c, od, o.micro_batch, v[i], comm)).step_s + v[-1]) / o.step_s - 1
-                for i, (o, od, c, comm) in zip(idx, cases)]
-
-    lo = [min(-min(_durations(c, od, o.micro_batch).values()) for o, od, c, _ in cases if o.schedule == n)
-          for n in names] + [0.0]
-    hi = [max(o.step_s for o, *_ in cases)] * (len(names) + 1)
-    x0 = np.clip([alone[n] for n in names] + [0.0], lo, hi)
-    got = least_squares(residual, x0, bounds=(lo, hi), x_scale="jac", ftol=1e-14, xtol=1e-14, gtol=1e-14)
-    return {n: float(x) for n, x in zip(names, got.x[:-1])}, float(got.x[-1])
-
-
-def _fit_memory(rows, ys) -> tuple[dict, dict]:
-    """peak = base[(model stages, rank)] + q[checkpoint mode] * samples in flight: one intercept per
-    (depth, rank) (parameters, gradients, optimizer state: the same in every mode), one slope per mode."""
-    if not rows:
-        return {}, {}
-    keys = sorted({(p, r) for p, r, _, _ in rows})
-    modes = sorted({c for _, _, c, _ in rows})
-    x = np.zeros((len(rows), len(keys) + len(modes)))
-    for i, (p, r, c, n) in enumerate(rows):
-        x[i, keys.index((p, r))] = 1.0
-        x[i, len(keys) + modes.index(c)] = n
-    coef, *_ = np.linalg.lstsq(x, np.asarray(ys, float), rcond=None)
-    base: dict = {}
-    for (p, r), v in zip(keys, coef[:len(keys)]):
-        base.setdefault(p, {})[r] = float(v)
-    return base, {c: max(0.0, float(v)) for c, v in zip(modes, coef[len(keys):])}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -478,8 +300,8 @@ def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = Non
         raise BenchError("a target p2p link needs a calibration with its own (--p2p): without, the calibrated "
                          "overhead already holds the calibration machine's transfers")
     comm = transfers(cand.schedule, cand.stages, order, cand.micro_batch, wire, cal.boundary_bytes)
-    with_overhead = replay(order, _durations(costs, order, cand.micro_batch, o, comm))
-    compute = replay(order, _durations(costs, order, cand.micro_batch))
+    with_overhead = replay(order, durations(costs, order, cand.micro_batch, o, comm))
+    compute = replay(order, durations(costs, order, cand.micro_batch))
     held = inflight(order)
     base = cal.base_bytes.get(n) or (next(iter(cal.base_bytes.values()), {}) if cal.base_bytes else {})
     fallback = max(base.values()) if base else 0.0

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.allreduce.model import fit
 from bench.results.schema import conform
 from bench.results.store import RunWriter, load_run
+from bench.timing.alphabeta import fit
 from bench.timing.stats import summarize
 
 N_SAMPLES = 10**6

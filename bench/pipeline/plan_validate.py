@@ -1,0 +1,148 @@
+"""The planner judged on measured runs it was not calibrated on (`distbench plan --validate`):
+the held-out cases, predicted beside their measurements, and the statistics over them: the step
+time and peak memory MAPE, per validation launch its launch factor, per configuration measured in
+several launches its median over them, and per sweep how far the model's pick is from the
+measured best."""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from bench.errors import BenchError
+from bench.pipeline import plan as pl
+from bench.pipeline.plan_search import predict
+
+
+@dataclass(frozen=True, kw_only=True)
+class Validation:
+    held: list  # the held-out cases (plan.Observation)
+    rows: list  # per held-out case: predicted beside measured (dicts, the JSON `cases`)
+    pooled: list  # per configuration measured in more than one launch: its median over them (over_launches)
+    left_out: int  # cases given that were calibration runs or configurations
+
+
+def _config(o) -> tuple:
+    return (o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint)
+
+
+def _calibrated(cals: dict, o: pl.Observation) -> bool:
+    """Was `o` (its run, or its configuration in its layout) used for calibration?"""
+    return any(o.run_id in c.runs for c in cals.values()) or (o.dp in cals and _config(o) in cals[o.dp].configs)
+
+
+def validate(cals: dict, given: list[pl.Observation], to: str = "", how: str = "",
+             target: pl.Link | None = None) -> Validation:
+    """Held-out cases only: a case of a calibration run, or a configuration (ranks, schedule,
+    chunks, micro-batch) the calibration measured, is left out and counted. A run of another
+    machine than the calibration's is refused unless the user mapped the calibration onto it
+    (`to`: --target-machine, --target-p2p); its cases are then predicted for it (with the target
+    link, where given)."""
+    machine = next(iter(cals.values())).machine
+    to = to or machine
+    for o in given:
+        if o.machine not in (machine, to):
+            raise BenchError(f"validation run {o.run_id} was measured on {o.machine}, the calibration on {machine}"
+                             + (f", the target ({how}) is {to}" if to != machine else "")
+                             + "; pass runs of the calibration's machine, or say which machine it predicts with "
+                             "--target-machine RUN_DIR (or --target-p2p RUN_DIR: the other machine's link)")
+    held = [o for o in given if not _calibrated(cals, o)]
+    if not held:
+        raise BenchError("--validate runs are all calibration runs or configurations; pass measured runs of "
+                         "configurations the model was not fitted on")
+    rows = [_row(cals, o, machine, how, target) for o in held]
+    return Validation(held=held, rows=rows, pooled=over_launches(rows), left_out=len(given) - len(rows))
+
+
+def _row(cals: dict, o: pl.Observation, machine: str, how: str, target: pl.Link | None) -> dict:
+    """One held-out case predicted (for its own machine where the user mapped the calibration onto
+    it) beside its measurement."""
+    moved = o.machine != machine
+    p = predict(cals, pl.Candidate(stages=o.stages, dp=o.dp, schedule=o.schedule, chunks=o.chunks,
+                                   micro_batch=o.micro_batch, checkpoint=o.checkpoint),
+                link=target if moved and how == "--target-p2p" else None, to=o.machine if moved else "",
+                how=how if moved else "")
+    peak = max(o.peak_bytes.values()) if o.peak_bytes else float("nan")
+    return {"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages, "dp": o.dp,
+            "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
+            "checkpoint": o.checkpoint, "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
+            "step_error": p.step_s / o.step_s - 1, "predicted_bubble": p.bubble, "measured_bubble": o.bubble,
+            "predicted_peak_bytes": p.peak_bytes, "measured_peak_bytes": peak,
+            "peak_error": p.peak_bytes / peak - 1 if peak else float("nan"), "extrapolated": p.extrapolated,
+            "calibrated_on": p.calibrated_on, "predicted_for": p.predicted_for, "measured_on": o.machine}
+
+
+def over_launches(rows: list[dict]) -> list[dict]:
+    """Each configuration measured in more than one validation launch, once, with the median over
+    its launches of the measured step, bubble and peak. On a shared host a launch is fast or slow
+    as a whole (docs/gate.md), of the order of the model's error; a configuration's median over
+    launches is its better measurement, while one launch's MAPE also carries that launch's factor."""
+    if not rows:
+        return []
+    out = []
+    for _, g in pd.DataFrame(rows).groupby(["stages", "dp", "schedule", "chunks", "micro_batch", "checkpoint"], sort=False):
+        n = g["run_id"].nunique()
+        if n < 2:
+            continue
+        r = g.iloc[0].to_dict()
+        r.update(run_id=f"median of {n} launches", case_id=f"{r['case_id']} x{n}", launches=n,
+                 measured_step_s=float(g["measured_step_s"].median()),
+                 measured_bubble=float(g["measured_bubble"].median()),
+                 measured_peak_bytes=float(g["measured_peak_bytes"].median()))
+        r["step_error"] = r["predicted_step_s"] / r["measured_step_s"] - 1
+        r["peak_error"] = r["predicted_peak_bytes"] / r["measured_peak_bytes"] - 1
+        out.append(r)
+    return out
+
+
+def per_launch(rows: list[dict]) -> dict:
+    """Per validation launch: its step MAPE; its launch factor, the geometric mean of measured /
+    predicted over its cases (a launch fast or slow as a whole, which no model of the workload
+    predicts: host load, frequency, placement); and the MAPE with that factor taken out (predicted
+    x factor against measured), which is what is left of the model's error within the launch.
+    The factor is fitted on the launch it judges (one parameter over its cases): a diagnostic."""
+    out = {}
+    for run, g in (pd.DataFrame(rows).groupby("run_id", sort=True) if rows else ()):
+        factor = float(np.exp(np.mean(np.log(g["measured_step_s"] / g["predicted_step_s"]))))
+        out[run] = {"step_mape_pct": pl.mape(zip(g["predicted_step_s"], g["measured_step_s"])),
+                    "launch_factor": factor,
+                    "step_mape_factor_out_pct": pl.mape(zip(g["predicted_step_s"] * factor, g["measured_step_s"]))}
+    return out
+
+
+def errors(rows: list[dict]) -> dict:
+    """Step time and peak memory MAPE, and the bubble's gap in percentage points."""
+    gaps = [abs(r["predicted_bubble"] - r["measured_bubble"]) * 100 for r in rows
+            if not math.isnan(r["predicted_bubble"]) and not math.isnan(r["measured_bubble"])]
+    return {"step_mape_pct": pl.mape((r["predicted_step_s"], r["measured_step_s"]) for r in rows),
+            "peak_mape_pct": pl.mape((r["predicted_peak_bytes"], r["measured_peak_bytes"]) for r in rows
+                                     if not math.isnan(r["measured_peak_bytes"])),
+            "bubble_mean_gap_pp": float(np.mean(gaps)) if gaps else None,
+            "bubble_max_gap_pp": max(gaps) if gaps else None}
+
+
+def sweeps(rows: list[dict]) -> list[dict]:
+    """Per validation sweep (one run, one layout pp x dp): the configuration the model ranks first
+    among those measured, against the measured best, and how far short of it the pick's measured
+    throughput is (0 when the model picked the best). Throughput is batch / step for both. Where
+    two or more layouts were measured at one world (pp4 and pp2 x dp2 on 4 devices), the world is
+    a sweep of its own over every run given: the layout question itself."""
+    if not rows:
+        return []
+    df = pd.DataFrame(rows)
+    df = df.assign(dp=df["dp"] if "dp" in df else 1)  # rows without a layout are pipelines alone
+    df = df.assign(world=df["stages"] * df["dp"], layout=[pl.layout_label(s, d) for s, d in zip(df["stages"], df["dp"])])
+    groups = [((run, layout), g) for (run, layout), g in df.groupby(["run_id", "layout"], sort=True)]
+    groups += [((f"world {w} (every run)", f"{g['layout'].nunique()} layouts"), g)
+               for w, g in df.groupby("world", sort=True) if g["layout"].nunique() > 1]
+    out = []
+    for (run, layout), g in groups:
+        batch = g["dp"] * g["chunks"] * g["micro_batch"]
+        picked = g.loc[(batch / g["predicted_step_s"]).idxmax()]
+        best = g.loc[(batch / g["measured_step_s"]).idxmax()]
+        rate = lambda r: r["dp"] * r["chunks"] * r["micro_batch"] / r["measured_step_s"]  # noqa: E731
+        out.append({"run_id": run, "layout": layout, "stages": int(picked["stages"]), "cases": len(g),
+                    "picked": picked["candidate"], "picked_samples_per_s": rate(picked), "best": best["candidate"],
+                    "best_samples_per_s": rate(best), "shortfall": 1 - rate(picked) / rate(best)})
+    return out

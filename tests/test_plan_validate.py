@@ -1,0 +1,145 @@
+"""`distbench plan --validate` (bench.pipeline.plan_validate, plan_store): predicted against
+measured on held-out runs, per launch and over launches, per sweep, stored as a run of its own."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.cli import main
+from bench.pipeline import plan as pl
+from bench.pipeline.plan_validate import sweeps
+
+from plan_fixtures import observe, CAL, observe_ckpt, CAL_CKPT, CPU_BOX, stored, held_run, stored_ckpt, observe_dp
+
+
+def test_validate_prints_predicted_vs_measured_and_the_mape(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["prediction"] is True and len(got["cases"]) == 1
+    assert got["step_mape_pct"] == pytest.approx(0.0, abs=1e-3)
+    assert got["peak_mape_pct"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_validation_is_stored_in_a_run_of_its_own_and_drawn_beside_the_run(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL)
+    (tmp_path / "results" / "pipeline").mkdir(parents=True)
+    held = stored(tmp_path / "results" / "pipeline", "held",
+                  [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held)]) == 0
+    (mine,) = (tmp_path / "results" / "plan").iterdir()  # no --out: beside the validation run, results/plan/
+    assert f"predictions stored in {mine} (a run of their own" in capsys.readouterr().out
+    assert not (held / "plan_predictions.parquet").exists()
+    got = pd.read_parquet(mine / "plan_predictions.parquet")
+    assert got["role"].tolist()[0] == "validation" and got["case_id"].tolist()[0] == "1f1b.m4"
+    rec = got[got["role"] == "recommended"]
+    assert rec["rank"].tolist() == list(range(1, len(rec) + 1)) and rec["why"].iloc[0].startswith("why pp2")
+    assert set(got["calibration_runs"]) == {"cal"}
+    assert main(["report", str(held), str(mine), "-o", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "pipeline_plan_predicted_vs_measured.png").exists()
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "planner recommendation (model predictions, best first)" in html
+
+
+def test_each_validation_sweep_says_how_far_the_models_pick_is_from_the_measured_best():
+    """Issue 22: the recommended configuration must be the measured best or within 5% of its
+    throughput, per sweep (one run, one depth): the model's pick among the measured configurations,
+    its measured throughput against the best measured one."""
+    from bench.pipeline.plan_validate import sweeps
+
+    def row(stages, label, pred, meas):
+        return {"run_id": "v", "stages": stages, "candidate": label, "chunks": 8, "micro_batch": 128,
+                "predicted_step_s": pred, "measured_step_s": meas}
+
+    got = sweeps([row(2, "a", 0.10, 0.125), row(2, "b", 0.11, 0.100), row(4, "c", 0.2, 0.2)])
+    assert [(w["stages"], w["picked"], w["best"]) for w in got] == [(2, "a", "b"), (4, "c", "c")]
+    assert got[0]["shortfall"] == pytest.approx(0.2) and got[1]["shortfall"] == 0.0
+    assert got[0]["best_samples_per_s"] == pytest.approx(1024 / 0.1)
+
+
+def test_several_validation_launches_are_also_judged_on_each_configurations_median(tmp_path, capsys):
+    """A launch is fast or slow as a whole: one launch's MAPE carries its factor; the median over
+    launches per configuration is the better measurement. Launches 0.9x, 1.0x and 1.2x the model:
+    per launch 11.1%, 0.0%, 16.7%; the medians equal the model (0.0%)."""
+    cal = stored(tmp_path, "cal4", [o for o in CAL if o.chunks != 4])
+    runs = [held_run(tmp_path, f"v{i}", f) for i, f in enumerate((0.9, 1.0, 1.2))]
+    assert main(["plan", str(cal), "--validate", *map(str, runs), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert len(got["cases"]) == 6
+    launches = got["per_launch"]
+    assert {k: v["step_mape_pct"] for k, v in launches.items()} == {
+        "v0": pytest.approx(100 / 9), "v1": pytest.approx(0.0, abs=1e-6), "v2": pytest.approx(100 / 6)}
+    assert {k: v["launch_factor"] for k, v in launches.items()} == {
+        "v0": pytest.approx(0.9), "v1": pytest.approx(1.0), "v2": pytest.approx(1.2)}
+    assert all(v["step_mape_factor_out_pct"] == pytest.approx(0.0, abs=1e-6) for v in launches.values())
+    pooled = got["over_launches"]
+    assert [(c["schedule"], c["launches"]) for c in pooled["cases"]] == [("gpipe", 3), ("1f1b", 3)]
+    assert pooled["step_mape_pct"] == pytest.approx(0.0, abs=1e-6)
+    assert [w["run_id"] for w in pooled["sweeps"]] == ["median of 3 launches"]
+    assert main(["plan", str(cal), "--validate", *map(str, runs)]) == 0
+    out = capsys.readouterr().out
+    assert "launch v2: step time MAPE 16.7%; launch factor (geometric mean of measured / predicted) 1.200x, " \
+           "MAPE with it taken out 0.0%" in out
+    assert "over launches: each configuration measured in more than one validation launch, its median over them " \
+           "(2 configuration(s))" in out
+
+
+def test_one_validation_launch_has_no_over_launches_view(tmp_path, capsys):
+    cal = stored(tmp_path, "cal4", [o for o in CAL if o.chunks != 4])
+    assert main(["plan", str(cal), "--validate", str(held_run(tmp_path, "v0", 1.0)), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["over_launches"] is None
+
+
+def test_a_checkpoint_mode_is_validated_against_its_own_runs(tmp_path, capsys):
+    cal = stored_ckpt(tmp_path, "cal", CAL + CAL_CKPT)
+    held = stored_ckpt(tmp_path, "held", [pl.Observation(**{**observe_ckpt("1f1b", 4).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held), "--format", "json", "--out", str(tmp_path / "out")]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [c["checkpoint"] for c in got["cases"]] == ["always"]
+    assert got["step_mape_pct"] == pytest.approx(0.0, abs=1e-3) and got["peak_mape_pct"] == pytest.approx(0.0, abs=1e-3)
+    stored_rows = pd.read_parquet(Path(got["predictions_dir"]) / "plan_predictions.parquet")
+    assert set(stored_rows["checkpoint"].dropna()) == {"always"}
+
+
+def test_a_data_parallel_case_is_validated_with_its_layouts_calibration(tmp_path, capsys):
+    cal = stored(tmp_path, "cal", CAL + [observe_dp("gpipe", m) for m in (2, 4, 8)] + [observe_dp("1f1b", 4)])
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe_dp("1f1b", 8).__dict__, "run_id": "held"})])
+    assert main(["plan", str(cal), "--validate", str(held), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [(c["dp"], c["candidate"]) for c in got["cases"]] == [(2, "pp2 dp2 1f1b m=8 b=64")]
+    assert got["step_mape_pct"] == pytest.approx(0.0, abs=1e-3) and got["peak_mape_pct"] == pytest.approx(0.0, abs=1e-6)
+    assert [w["layout"] for w in got["sweeps"]] == ["pp2 dp2"]
+
+
+def test_layouts_measured_at_one_world_make_a_sweep_of_their_own():
+    row = dict(run_id="a", micro_batch=64, chunks=8, checkpoint="never", schedule="1f1b")
+    rows = [dict(row, stages=4, dp=1, micro_batch=128, candidate="pp4", predicted_step_s=1.0, measured_step_s=1.0),
+            dict(row, run_id="b", stages=2, dp=2, candidate="pp2 dp2", predicted_step_s=0.9, measured_step_s=1.1)]
+    got = {w["run_id"]: w for w in sweeps(rows)}
+    assert set(got) == {"a", "b", "world 4 (every run)"}
+    w = got["world 4 (every run)"]
+    assert (w["picked"], w["best"], w["layout"]) == ("pp2 dp2", "pp4", "2 layouts")
+    assert w["shortfall"] == pytest.approx(1 - (1024 / 1.1) / (1024 / 1.0))
+
+
+def test_validate_writes_its_predictions_into_a_run_of_its_own_never_into_the_runs_it_reads(tmp_path, capsys):
+    """Was: plan_predictions.parquet written into every validated run directory."""
+    cal = stored(tmp_path, "cal", CAL)
+    held = stored(tmp_path, "held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
+    before = {p: p.read_bytes() for d in (cal, held) for p in sorted(d.iterdir())}
+    assert main(["plan", str(cal), "--validate", str(held), "--out", str(tmp_path / "out"), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert {p: p.read_bytes() for d in (cal, held) for p in sorted(d.iterdir())} == before
+    (mine,) = (tmp_path / "out" / "plan").iterdir()
+    assert got["predictions_dir"] == str(mine)
+    assert sorted(p.name for p in mine.iterdir()) == ["meta.json", "plan_predictions.parquet"]
+    meta = json.loads((mine / "meta.json").read_text())
+    assert (meta["kind"], meta["suite"], meta["run_id"]) == ("pipeline", "plan", mine.name)
+    assert meta["plan"] == {"calibration_runs": ["cal"], "calibration_machine": CPU_BOX, "validation_runs": [str(held)],
+                            "predicted_for": CPU_BOX}
+    rows = pd.read_parquet(mine / "plan_predictions.parquet")
+    assert set(rows["run_id"]) == {"held"} and set(rows["calibration_machine"]) == {CPU_BOX}
+    assert rows.loc[rows["role"] == "validation", "measured_machine"].tolist() == [CPU_BOX]
