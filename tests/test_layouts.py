@@ -13,7 +13,6 @@ import pytest
 from bench.errors import BenchError
 from bench.pipeline.config import PipelineConfig, expand_pipeline
 from bench.pipeline.kind import KIND as PIPELINE
-from bench.report.summaries import strategy_line
 from bench.results.store import load_run
 from bench.strategies.config import CaseSpec, StrategiesConfig, expand_strategies
 from bench.suite import load_suite
@@ -24,6 +23,7 @@ from bench.training.footprint import Footprint, layout_memory
 from bench.training.layout import LAYOUTS, batch_ranks, layout_dims
 from bench.training.layout_table import layout_rows
 from bench.training.memory import case_bytes
+from bench.training.summary import strategy_line
 from bench.training.tp import plan
 from bench.workloads import get_spec
 from conftest import ROOT, run_cli, spawn

@@ -17,7 +17,7 @@ from bench.allreduce.nccl_log import (
     safe_key,
     tuning_rows,
 )
-from bench.report.summaries import nccl_tuning_lines
+from bench.allreduce.summary import nccl_tuning_lines
 from bench.results.schema import conform
 
 OLD = """node-0:309:309 [0] NCCL INFO NCCL_ALGO set by environment to Tree

@@ -23,6 +23,7 @@ from bench.allreduce.columns import COLUMNS
 from bench.allreduce.config import AllreduceConfig, CaseSpec, expand, variant_label
 from bench.allreduce.memory import MEMORY
 from bench.allreduce.nccl_log import PROBE, log_env, write_nccl_tuning
+from bench.allreduce.summary import AllreduceLive, allreduce_summary
 from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
 from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
 from bench.distributed.launch import launched_externally
@@ -30,8 +31,6 @@ from bench.errors import BenchError
 from bench.harness.rows import timed_tables
 from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
 from bench.options import overrides
-from bench.report.summaries import allreduce_summary
-from bench.report.terminal import AllreduceLive
 from bench.results.metadata import nccl_env
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop

@@ -15,13 +15,12 @@ from bench.collectives.columns import COLUMNS
 from bench.collectives.config import CaseSpec, CollectivesConfig, expand
 from bench.collectives.memory import MEMORY
 from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
+from bench.collectives.summary import CollectivesLive, collectives_summary
 from bench.errors import BenchError
 from bench.harness.rows import timed_tables
 from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
 from bench.options import overrides
 from bench.regress.gate import min_busbw_failures, parse_min_busbw
-from bench.report.summaries import collectives_summary
-from bench.report.terminal import CollectivesLive
 from bench.results.rundir import RunDir
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop

@@ -9,13 +9,12 @@ from bench.kind import KINDS, Kind, Reading, Report, drawn_by
 from bench.options import add_training_options, ints, overrides
 from bench.pipeline.columns import COLUMNS
 from bench.pipeline.config import PipelineConfig, expand_pipeline
-from bench.report.summaries import strategies_summary
-from bench.report.terminal import StrategiesLive
 from bench.training.dims import arithmetic
 from bench.training.measure import efficiency_curve, measure
 from bench.training.memory import memory_of
 from bench.training.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
 from bench.training.schedules import SCHEDULES
+from bench.training.summary import StrategiesLive, strategies_summary
 
 
 def add_options(p):

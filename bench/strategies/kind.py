@@ -7,13 +7,12 @@ import sys
 from bench.errors import BenchError
 from bench.kind import KINDS, Kind, Reading, Report, drawn_by
 from bench.options import add_training_options, ints, overrides
-from bench.report.summaries import strategies_summary
-from bench.report.terminal import StrategiesLive
 from bench.strategies.config import StrategiesConfig, expand_strategies
 from bench.training.columns import COLUMNS
 from bench.training.measure import measure
 from bench.training.memory import memory_of
 from bench.training.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
+from bench.training.summary import StrategiesLive, strategies_summary
 
 
 def add_options(p):
