@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from bench.errors import BenchError
 from bench.regress import baseline as bl
 from bench.regress.compare import Rules, band_log, compare_rows, worse_log
-from bench.regress.gate import gate, min_busbw_failures, narrowing_args, parse_min_busbw
+from bench.collectives.acceptance import min_busbw_failures, parse_min_busbw
+from bench.regress.gate import gate, narrowing_args
 from bench.results import fingerprint as fp
 from bench.results.schema import SCHEMA_VERSION
 from bench.results.store import write_json, write_parquet

@@ -6,7 +6,7 @@ import torch
 
 from bench.collectives import REGISTRY
 from bench.errors import BenchError, unknown
-from bench.regress.gate import parse_min_busbw
+from bench.collectives.acceptance import parse_min_busbw
 from bench.suite import RunConfig, at_least
 from bench.timing.loop import MODES
 from bench.timing.stats import RANK_REDUCTIONS

@@ -20,7 +20,7 @@ from bench.errors import BenchError
 from bench.harness.rows import timed_tables
 from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
 from bench.options import overrides
-from bench.regress.gate import min_busbw_failures, parse_min_busbw
+from bench.collectives.acceptance import min_busbw_failures, parse_min_busbw
 from bench.results.rundir import RunDir
 from bench.suite import int_list
 from bench.timing.loop import LoopSpec, measure as timed_loop
