@@ -14,8 +14,6 @@ import torch
 
 import bench.kinds  # noqa: F401  (registers every benchmark kind)
 from bench import preflight
-from bench.allreduce import REGISTRY as ALGORITHMS
-from bench.collectives import REGISTRY as COLLECTIVES
 from bench.collectives.imports import cli as import_cli
 from bench.overhead import cli as telemetry_cli
 from bench.pipeline import plan_cli
@@ -33,7 +31,6 @@ from bench.harness import KINDS, Kind
 from bench.harness.run import dry_run, is_rank_zero, run
 from bench.options import Parser, add_common
 from bench.suite import int_list, load_suite, resolve_suite
-from bench.training import REGISTRY as STRATEGIES
 
 # Subcommands that are not benchmark kinds: each module has add_parser(subparsers).
 COMMANDS = (telemetry_cli, report_cli, regress_cli, results_cli, history_cli, import_cli, plan_cli, simcluster_cli)
@@ -54,18 +51,11 @@ def build_parser() -> Parser:
     return parser
 
 
-def _first_doc_line(doc: str | None) -> str:
-    lines = (doc or "").strip().splitlines()
-    return lines[0] if lines else ""
-
-
 def cmd_list(args) -> int:
-    for c in COLLECTIVES:
-        print(f"collective  {c.name:<24} busbw factor at n=8: {c.bus_factor(8):.3f}  placements: {', '.join(c.placements)}")
-    for a in ALGORITHMS:
-        print(f"algorithm   {a.name:<24} {_first_doc_line(sys.modules[type(a).__module__].__doc__)}")
-    for s in STRATEGIES:
-        print(f"strategy    {s.name:<24} {_first_doc_line(s.doc)}")
+    """Every kind's units (each kind lists its own), then the kinds."""
+    for k in KINDS:
+        for line in k.listing():
+            print(line)
     for k in KINDS:
         print(f"kind        {k.name:<24} {k.help}")
     return 0

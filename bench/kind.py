@@ -113,6 +113,12 @@ class Live(Protocol):
     def done(self, tables: dict) -> None: ...
 
 
+def first_doc_line(doc: str | None) -> str:
+    """A module's or a unit's one-line description (for `distbench list`)."""
+    lines = (doc or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def drawn_by(module: str, name: str, *args, **kwargs) -> Callable:
     """A report function of `module` (a kind's plots), imported when first called with
     (entries, out, *args, **kwargs): plots pull matplotlib (about 1-2 s), which a command that draws
@@ -160,6 +166,7 @@ class Kind:
     finish: Callable[[Any, Any], None] | None = None  # (run_dir, cfg) after every launch (e.g. a model fit)
     acceptance: Callable[[Any, Any], list[str]] | None = None  # (loaded run, cfg) -> failures: exit 1
     # (e.g. collectives' --min-busbw, nccl-tests' NCCL_TESTS_MIN_BW)
+    listing: Callable[[], list[str]] = lambda: []  # what `distbench list` prints of its units, one line each
     estimate_s: Callable[[Any, Any], float | None] = lambda cfg, unit: None  # a unit's expected seconds
     # (for --dry-run and the derived wall-clock limit); None: cannot tell before measuring
 

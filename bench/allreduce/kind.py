@@ -10,6 +10,7 @@ fitted over every launch of the run (bench.allreduce.analysis).
 
 import dataclasses
 import json
+import sys
 import os
 import re
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
 from bench.harness.rows import timed_tables
-from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by
+from bench.kind import KINDS, Kind, LaunchPlan, Plan, Reading, Report, drawn_by, first_doc_line
 from bench.options import overrides
 from bench.results.metadata import nccl_env
 from bench.suite import int_list
@@ -227,13 +228,17 @@ def finish(run_dir, cfg):
     write_nccl_tuning(run_dir)
 
 
+def listing() -> list[str]:
+    return [f"algorithm   {a.name:<24} {first_doc_line(sys.modules[type(a).__module__].__doc__)}" for a in REGISTRY]
+
+
 KIND = KINDS.register(Kind(
     module=__name__, name="allreduce", help="allreduce algorithms (ring, tree, star, halving_doubling, native) across message sizes, "
                            "with a fitted alpha-beta cost model", config=AllreduceConfig,
     columns=COLUMNS,
     tables=("results", "samples", "ranks", "telemetry", "model", "residuals", "crossover", "predictions", "nccl_tuning"),
     add_options=add_options, options=options, units=units, measure=measure, plan=plan, finish=finish,
-    estimate_s=estimate_s, memory=MEMORY,
+    estimate_s=estimate_s, memory=MEMORY, listing=listing,
     read=Reading(keys=("algorithm", "variant"), metrics=COMM_METRICS, group="algorithm",
                  narrow=narrow_sized("-a", "algorithm"), aliases=("algorithm", "algorithms"), settings=COMM_SETTINGS,
                  sized=True),

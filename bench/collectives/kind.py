@@ -180,11 +180,16 @@ def acceptance(run, cfg: CollectivesConfig) -> list[str]:
     return [str(f) for f in min_busbw_failures(run["results"], parse_min_busbw(cfg.min_busbw))]
 
 
+def listing() -> list[str]:
+    return [f"collective  {c.name:<24} busbw factor at n=8: {c.bus_factor(8):.3f}  placements: {', '.join(c.placements)}"
+            for c in REGISTRY]
+
+
 KIND = KINDS.register(Kind(
     module=__name__, name="collectives", help="time every collective primitive across message sizes", config=CollectivesConfig,
     columns=COLUMNS, tables=("results", "samples", "ranks", "telemetry"), add_options=add_options, options=options,
     units=units,
-    measure=measure, plan=plan, estimate_s=estimate_s, acceptance=acceptance, memory=MEMORY,
+    measure=measure, plan=plan, estimate_s=estimate_s, acceptance=acceptance, memory=MEMORY, listing=listing,
     # gate groups: one per case_id (a collective at one dtype, op, root and mode; shown by its collective)
     read=Reading(metrics=COMM_METRICS, group="case_id", narrow=narrow_sized("-c", "collective"),
                  aliases=("collective",), settings=COMM_SETTINGS, sized=True),

@@ -478,7 +478,9 @@ def _pct(v) -> str:
 
 
 def case_table(cases: pd.DataFrame) -> pd.DataFrame:
-    """The displayed columns, formatted."""
+    """The displayed columns, formatted; a case's own key columns (each kind's Reading.keys beyond
+    the case id, e.g. an algorithm's variant or a strategy's schedule) follow its id as [key=value]."""
+    keys = list(dict.fromkeys(k for kind in KINDS for k in kind.read.keys))
     rows = []
     for _, r in cases.iterrows():
         size = _int_or_none(r.get("size_bytes"))
@@ -488,7 +490,7 @@ def case_table(cases: pd.DataFrame) -> pd.DataFrame:
                "ratio": "-" if not np.isfinite(r["ratio"]) else f"{r['ratio']:.3f}",
                "vs launch": "-" if not np.isfinite(r.get("residual", math.nan)) else f"{r['residual']:.3f}",
                "band": _pct(r["band"]), "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": _said(r)}
-        for k in ("algorithm", "variant", "strategy", "model", "chunks", "schedule", "checkpoint"):
+        for k in keys:
             if k in cases.columns and str(r.get(k, "")) not in ("", "nan", "<NA>"):
                 row["case"] += f" [{k}={r[k]}]"
         rows.append(row)

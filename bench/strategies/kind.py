@@ -5,9 +5,10 @@ import dataclasses
 import sys
 
 from bench.errors import BenchError
-from bench.kind import KINDS, Kind, Reading, Report, drawn_by
+from bench.kind import KINDS, Kind, Reading, Report, drawn_by, first_doc_line
 from bench.options import add_training_options, ints, overrides
 from bench.strategies.config import StrategiesConfig, expand_strategies
+from bench.training import REGISTRY
 from bench.training.columns import COLUMNS
 from bench.training.measure import measure
 from bench.training.memory import memory_of
@@ -63,11 +64,15 @@ def units(cfg: StrategiesConfig, world: int, meta: dict):
     return [c for c in cases if c.world == world], notes
 
 
+def listing() -> list[str]:
+    return [f"strategy    {s.name:<24} {first_doc_line(s.doc)}" for s in REGISTRY]
+
+
 KIND = KINDS.register(Kind(
     module=__name__, name="strategies", help="train reference models under dp, ddp, layer, tp, pp, fsdp", config=StrategiesConfig,
     columns=COLUMNS, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans", "telemetry"),
     add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
-    at_world=at_world, memory=memory_of(expand_strategies),
+    at_world=at_world, memory=memory_of(expand_strategies), listing=listing,
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="strategy", aliases=("strategy",), settings=TRAIN_SETTINGS),
     report=Report(title="Strategies",
                   section=drawn_by("bench.training.plots", "section", "strategies", pipeline=False),
