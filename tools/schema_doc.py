@@ -24,8 +24,9 @@ def declared() -> dict:
     out = {}
     for name, mod in list(sys.modules.items()):
         if name.startswith("bench.") and getattr(mod, "__file__", None):
-            for k, v in vars(mod).items():
-                if k.isupper() and isinstance(v, dict):
+            src = Path(mod.__file__).read_text()
+            for k, v in vars(mod).items():  # where it is written (`NAME = {`), not where it is re-exported
+                if k.isupper() and isinstance(v, dict) and re.search(rf"^{k} = \{{", src, re.M):
                     out.setdefault(id(v), (Path(mod.__file__), k))
     return out
 
@@ -33,7 +34,7 @@ def declared() -> dict:
 def comments(path: Path) -> dict:
     """{dict name in the file: {column: comment}}, read block by block from the source."""
     out: dict = {}
-    for block in re.finditer(r"^(\w+) = \{(.*?)^\}", path.read_text(), re.M | re.S):
+    for block in re.finditer(r"^(\w+) = \{[ \t]*(?:#[^\n]*)?\n(.*?)^\}", path.read_text(), re.M | re.S):
         lines = re.finditer(r'^\s*"(\w+)":\s*"\w+",\s*#\s*(.+)$', block.group(2), re.M)
         out[block.group(1)] = {m.group(1): m.group(2).strip() for m in lines}
     return out

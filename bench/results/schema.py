@@ -8,6 +8,7 @@ bump. Readers check `schema_version` in meta.json.
 from collections.abc import Mapping
 
 from bench.kind import KINDS
+from bench.telemetry.summary import TELEMETRY_SUMMARY  # noqa: F401  (the sampler owns its columns; re-exported)
 
 SCHEMA_VERSION = 2  # 2: `kind` is the kind's one name (collectives | allreduce | strategies | pipeline);
 # table strategy_spans added
@@ -88,38 +89,6 @@ RANKS = {
     "median_s": "float64",
 }
 
-# Per-case telemetry summary joined into results rows (bench/telemetry/summary.py; docs/telemetry.md).
-# Null where nothing was read (GPU columns on a CPU-only host, everything under --no-telemetry).
-TELEMETRY_SUMMARY = {
-    "telemetry_samples": "int64",  # sampling instants (the node with the most)
-    "telemetry_interval_s": "float64",
-    "case_start_unix_s": "float64",  # the sampled window, time.time() on rank 0's host
-    "case_end_unix_s": "float64",
-    "gpus_sampled": "int64",
-    "gpu_mem_used_peak_bytes": "int64",  # max over GPUs and samples (whole device)
-    "gpu_mem_total_bytes": "int64",  # per GPU (the largest)
-    "gpu_proc_mem_peak_bytes": "int64",  # the benchmark's own processes on one GPU, max
-    "gpu_util_mean_pct": "float64",
-    "gpu_util_max_pct": "float64",
-    "gpu_mem_util_mean_pct": "float64",
-    "gpu_mem_util_max_pct": "float64",
-    "gpu_power_mean_w": "float64",  # sum over GPUs of each one's mean draw
-    "gpu_energy_j": "float64",  # sum over GPUs of the energy counter difference
-    "gpu_temp_max_c": "float64",
-    "gpu_sm_clock_mean_mhz": "float64",
-    "gpu_mem_clock_mean_mhz": "float64",
-    "gpu_pcie_tx_bytes": "float64",
-    "gpu_pcie_rx_bytes": "float64",
-    "gpu_nvlink_tx_bytes": "float64",
-    "gpu_nvlink_rx_bytes": "float64",
-    "throttled": "bool",  # any clock-event reason other than gpu_idle seen (null: none read)
-    "throttle_reasons": "string",  # names seen, comma-separated
-    "host_cpu_util_mean_pct": "float64",  # over cores and samples, all nodes
-    "host_cpu_util_max_pct": "float64",  # the busiest core's busiest sample
-    "rank_rss_peak_bytes": "int64",  # max over ranks and samples
-    "host_load1_max": "float64",
-    "telemetry_missing": "string",  # why GPU columns are null, and metrics that could not be read
-}
 
 # The long telemetry table: one row per sampled value, or per metric that could not be read
 # (value null, reason given). Case keys beyond size_bytes/placement are kept as extra columns.

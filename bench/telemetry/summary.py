@@ -12,11 +12,44 @@ each GPU's mean draw; utilization means are over all GPUs' samples.
 
 from collections import defaultdict
 
-from bench.results.schema import TELEMETRY_SUMMARY
 from bench.telemetry.nvml import REASON_BITS, throttled
 
 COUNTERS = {"energy_j": "gpu_energy_j", "pcie_tx_bytes": "gpu_pcie_tx_bytes", "pcie_rx_bytes": "gpu_pcie_rx_bytes",
             "nvlink_tx_bytes": "gpu_nvlink_tx_bytes", "nvlink_rx_bytes": "gpu_nvlink_rx_bytes"}
+
+# Per-case telemetry summary joined into results rows (docs/telemetry.md); bench.results.schema takes
+# them from here (the sampler owns its columns).
+# Null where nothing was read (GPU columns on a CPU-only host, everything under --no-telemetry).
+TELEMETRY_SUMMARY = {
+    "telemetry_samples": "int64",  # sampling instants (the node with the most)
+    "telemetry_interval_s": "float64",
+    "case_start_unix_s": "float64",  # the sampled window, time.time() on rank 0's host
+    "case_end_unix_s": "float64",
+    "gpus_sampled": "int64",
+    "gpu_mem_used_peak_bytes": "int64",  # max over GPUs and samples (whole device)
+    "gpu_mem_total_bytes": "int64",  # per GPU (the largest)
+    "gpu_proc_mem_peak_bytes": "int64",  # the benchmark's own processes on one GPU, max
+    "gpu_util_mean_pct": "float64",
+    "gpu_util_max_pct": "float64",
+    "gpu_mem_util_mean_pct": "float64",
+    "gpu_mem_util_max_pct": "float64",
+    "gpu_power_mean_w": "float64",  # sum over GPUs of each one's mean draw
+    "gpu_energy_j": "float64",  # sum over GPUs of the energy counter difference
+    "gpu_temp_max_c": "float64",
+    "gpu_sm_clock_mean_mhz": "float64",
+    "gpu_mem_clock_mean_mhz": "float64",
+    "gpu_pcie_tx_bytes": "float64",
+    "gpu_pcie_rx_bytes": "float64",
+    "gpu_nvlink_tx_bytes": "float64",
+    "gpu_nvlink_rx_bytes": "float64",
+    "throttled": "bool",  # clocks cut at more than THROTTLED_SHARE (10%) of the sampling instants (null: none read)
+    "throttle_reasons": "string",  # names seen, comma-separated
+    "host_cpu_util_mean_pct": "float64",  # over cores and samples, all nodes
+    "host_cpu_util_max_pct": "float64",  # the busiest core's busiest sample
+    "rank_rss_peak_bytes": "int64",  # max over ranks and samples
+    "host_load1_max": "float64",
+    "telemetry_missing": "string",  # why GPU columns are null, and metrics that could not be read
+}
 
 COLUMNS = TELEMETRY_SUMMARY  # the summary columns, with their pandas dtypes
 # A case is `throttled` when the clocks were cut (nvml.throttled) at MORE than this share of its
@@ -27,6 +60,7 @@ COLUMNS = TELEMETRY_SUMMARY  # the summary columns, with their pandas dtypes
 # training cases and left them undecided by the gate. A case read once (shorter than the
 # interval) is 0% or 100%.
 THROTTLED_SHARE = 0.10
+
 
 
 def _mean(xs):
