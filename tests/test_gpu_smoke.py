@@ -4,6 +4,7 @@ and the checks' CPU form through the script (`--cpu`; the long ones are marked s
 without CUDA is tests/test_telemetry_end_to_end.py::test_gpu_smoke_without_cuda_says_so_and_passes."""
 
 import math
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -26,13 +27,7 @@ def smoke(*argv, timeout=600) -> subprocess.CompletedProcess:
 
 def lines(stdout: str) -> dict:
     """{check: (status, line)} of the '# gpu-smoke: status check: line' lines."""
-    out = {}
-    for x in stdout.splitlines():
-        if x.startswith("# gpu-smoke: ") and x.count(":") >= 2:
-            status, rest = x[len("# gpu-smoke: "):].split(" ", 1)
-            check, line = rest.split(": ", 1)
-            out[check] = (status, line)
-    return out
+    return {c: (s, x) for s, c, x in re.findall(r"^# gpu-smoke: (ok|FAILED|skipped) ([^:]+): (.*)$", stdout, flags=re.M)}
 
 
 # ---- which transport -------------------------------------------------------------------------
@@ -203,8 +198,8 @@ def test_cpu_latency_ranks_check_runs_and_summarises():
 
 
 @pytest.mark.slow
-def test_cpu_case_memory_and_groups(tmp_path):
-    p = smoke("--cpu", "--checks", "case-memory", "--out", str(tmp_path), timeout=300)
+def test_cpu_composed_cases_memory_and_groups(tmp_path):
+    p = smoke("--cpu", "--checks", "composed-cases", "--out", str(tmp_path), timeout=300)
     got = lines(p.stdout)
     assert p.returncode == 0, p.stdout + p.stderr
     assert got["item 2 per-case memory"][0] == "skipped"  # host ranks: no allocator peaks
@@ -213,12 +208,18 @@ def test_cpu_case_memory_and_groups(tmp_path):
 
 
 @pytest.mark.slow
-def test_in_process_schedules_on_staged_p2p(tmp_path):
-    """The gloo-cuda path (in-process ranks, host-staged p2p) on host ranks: every schedule."""
-    p = smoke("--only", "c-schedules", "--transport", "gloo-cpu-staged", "--out", str(tmp_path), timeout=400)
-    status, line = lines(p.stdout)["item 3 schedules bubble"]
-    assert status == "ok" and line.startswith("7/7 schedules within 2 points"), p.stdout[-3000:]
+def test_schedules_and_plan_through_the_patched_cli(tmp_path):
+    """The gloo-cuda path on host ranks: the CLI through tools/gpu_smoke_ranks.py (select_device
+    and host-staged p2p patched in the launcher and, by spawn's re-import, in every rank)."""
+    p = smoke("--cpu", "--transport", "gloo-cpu-staged", "--checks", "schedules,plan", "--out", str(tmp_path),
+              timeout=600)
+    got = lines(p.stdout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    status, line = got["item 3 schedules bubble"]
+    assert status == "ok" and line.startswith("7/7 schedules within 2 points"), line
+    assert re.search(r"\b[1-9]\d* patched rank processes \(cpu staged\)", line), line  # the patch reached the ranks
     assert "no GPU evidence" in line
+    assert got["plan"][0] == "ok" and "held-out step MAPE" in got["plan"][1]
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """`make gpu-smoke`: a short, real check (8 minutes at most) on a machine with CUDA GPUs.
 
-Three parts, run C, B, A, each check independent (one failure never stops the others; each runs
+Three parts, run C, A, B, each check independent (one failure never stops the others; each runs
 in a process of its own session with its own time limit, killed with every rank it started when
 the limit passes; none starts once less than 30 s of the --budget-s total is left), each ending
 in one line `# gpu-smoke: [ok|FAILED|skipped] <check>: <what was verified>`:
@@ -55,6 +55,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -93,8 +94,17 @@ def run_child(argv: list, timeout: float, env=None) -> subprocess.CompletedProce
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
-def bench(*argv, timeout=STEP_TIMEOUT_S, env=None):
-    return run_child([sys.executable, "-m", "bench", *argv], timeout, env)
+def bench(*argv, timeout=STEP_TIMEOUT_S, env=None, transport=None):
+    """`python -m bench ARGV`; on a patched transport (gloo-cuda) the same CLI through
+    tools/gpu_smoke_ranks.py, which gives its gloo ranks CUDA tensors (patch_cli_ranks)."""
+    if transport is not None and transport.patched:
+        entry = [str(ROOT / "tools" / "gpu_smoke_ranks.py")]
+        env = {**(env or {}), R.CLI_TRANSPORT_ENV: transport.name}
+    else:
+        entry = ["-m", "bench"]
+    if transport is not None:
+        env = {**transport.env, **(env or {})}
+    return run_child([sys.executable, *entry, *argv], timeout, env)
 
 
 def steps_for(backend: str, world: int, out: str, cpu: bool) -> list[dict]:
@@ -464,9 +474,9 @@ def detect_transports(torch, cpu: bool) -> dict:
 
 PROBE_TIMEOUT_S = 60
 # Each part-C check's own limit (seconds; a check never gets more than the budget left).
-PART_C_LIMIT_S = {"latency-ranks": 90, "case-memory": 180, "schedules": 240, "plan": 240}
+PART_C_LIMIT_S = {"latency-ranks": 90, "composed-cases": 180, "schedules": 240, "plan": 240}
 # which transport each check runs on: 'many' for world 4 (composed layouts), 'p2p' for pipelines
-PART_C_TRANSPORT = {"latency-ranks": "collectives", "case-memory": "many", "schedules": "p2p", "plan": "p2p"}
+PART_C_TRANSPORT = {"latency-ranks": "collectives", "composed-cases": "many", "schedules": "p2p", "plan": "p2p"}
 
 
 def c_probe(args, torch):
@@ -483,10 +493,13 @@ def c_latency_ranks(args, torch):
     nbytes = (1 << 20) if t.device == "cuda" else (64 << 10)
     out = R.launch_ranks(R.rank_latency, t, 2, nbytes, 20, timeout_s=30.0)
     status, line = R.latency_verdict(out, 2, f"{t.describe()}, all_reduce {nbytes >> 10} KiB")
+    if t.backend == "gloo" and t.device == "cuda":  # why every first try reads early there
+        line += ("; gloo's wait() blocks the host until the op is done, so a start event has always fired by then: "
+                 "the holds double to their cap on the first sample, agreed by every rank (NCCL's wait does not block)")
     report(status, "item 1 latency ranks", line)
 
 
-def c_case_memory(args, torch):
+def c_composed_cases(args, torch):
     """Items 2 and 4 at world 4 (composed layouts need two dimensions of degree 2): ddp+tp with the
     reference check, without, with again (rank 0's peaks must not move), then pp+tp where the
     transport sends point to point natively; live process groups after each case."""
@@ -539,33 +552,40 @@ def plan_calibrate_argv(t, out: str) -> list:
 PLAN_CALIBRATE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbv")
 
 
-def _cli_run(argv, t, limit_s: float) -> str:
-    """One CLI launch on the transport; its results directory (raises on failure)."""
-    p = bench(*argv, timeout=limit_s, env=t.env)
+def _cli_run(argv, t, limit_s: float) -> tuple[str, str]:
+    """One CLI launch on the transport: (its results directory, on a patched transport what its
+    ranks say they ran on). Raises on failure, or when a patched launch's ranks were not patched."""
+    with tempfile.TemporaryDirectory() as mark:
+        p = bench(*argv, timeout=limit_s, transport=t, env={R.MARK_DIR_ENV: mark})
+        marks = R.patched_ranks(mark)
     dirs = re.findall(r"^# results: (.+)$", p.stdout, flags=re.M)
     if p.returncode != 0 or not dirs:
         print("\n".join((p.stdout + p.stderr).strip().splitlines()[-15:]))
         raise RuntimeError(f"python -m bench {' '.join(argv[:3])} ...: exit {p.returncode}"
                            + ("" if dirs else ", no results directory"))
-    return dirs[-1]
+    if not t.patched:
+        return dirs[-1], ""
+    devs = sorted(set(marks))
+    if not marks or any(not m.startswith(t.device) for m in marks):
+        raise RuntimeError(f"the patch did not reach every rank on {t.device}: {devs or 'no rank patched'}")
+    return dirs[-1], f"{len(marks)} patched rank processes ({', '.join(devs)})"
 
 
 def c_schedules(args, torch):
     """Item 3: every schedule on the timed workload, measured vs exact bubble (within 2 points)."""
-    t = R.transport_by_name(args.transport)
-    if t.cli:
-        from bench.results.store import load_run  # lazy: loads pandas and torch
+    from bench.results.store import load_run  # lazy: loads pandas and torch; this check's child only
 
-        run_dir = _cli_run(schedules_argv(t, args.out), t, PART_C_LIMIT_S["schedules"] - 20)
-        print(f"# gpu-smoke-run: schedules {run_dir}", flush=True)
-        res = load_run(run_dir).tables["results"]
-        rows = [{"schedule": r["schedule"], "stages": int(r["pp_degree"]), "bubble_measured": float(r["bubble_measured"]),
-                 "bubble_exact": float(r["bubble_exact"])} for _, r in res.iterrows()]  # stages: pipeline ranks
-        where = f"python -m bench pipeline on {t.describe()}, {run_dir}"
-    else:
-        rows = R.launch_ranks(R.rank_schedules, t, 2, list(R.SCHEDULES), "timed", 8, 16, 5, timeout_s=60.0)[0]
-        where = f"in-process ranks on {t.describe()}"
-    status, line, per = R.bubble_verdict(rows, where)
+    t = R.transport_by_name(args.transport)
+    run_dir, patched = _cli_run(schedules_argv(t, args.out), t, PART_C_LIMIT_S["schedules"] - 20)
+    print(f"# gpu-smoke-run: schedules {run_dir}", flush=True)
+    res = load_run(run_dir).tables["results"]
+    if set(res["device_type"].dropna()) != {t.device}:
+        return report("FAILED", "item 3 schedules bubble", f"rows timed on {sorted(set(res['device_type'].dropna()))}, "
+                                                           f"not {t.device} ({run_dir})")
+    rows = [{"schedule": r["schedule"], "stages": int(r["pp_degree"]), "bubble_measured": float(r["bubble_measured"]),
+             "bubble_exact": float(r["bubble_exact"])} for _, r in res.iterrows()]  # stages: pipeline ranks
+    entry = f"tools/gpu_smoke_ranks.py (the CLI; {patched})" if t.patched else "python -m bench"
+    status, line, per = R.bubble_verdict(rows, f"{entry} pipeline on {t.describe()}, {run_dir}")
     for x in per:
         print(f"#   {x}")
     report(status, "item 3 schedules bubble", f"{line}; {_evidence(t)}")
@@ -574,13 +594,11 @@ def c_schedules(args, torch):
 def c_plan(args, torch):
     """`distbench plan` calibrated on a small timed-workload run and validated on the schedules run."""
     t = R.transport_by_name(args.transport)
-    if not t.cli:
-        return report("skipped", "plan", f"plan reads CLI runs, and the CLI cannot put 2 ranks on this machine: {t.why}")
     if not args.validate_run:
         return report("skipped", "plan", "no schedules run to validate on (the item 3 check left none)")
-    cal = _cli_run(plan_calibrate_argv(t, args.out), t, PART_C_LIMIT_S["plan"] - 40)
+    cal, _ = _cli_run(plan_calibrate_argv(t, args.out), t, PART_C_LIMIT_S["plan"] - 40)
     print(f"## plan calibrated on {cal}", flush=True)
-    p = bench("plan", cal, "--validate", args.validate_run, "--stages", "2", "--out", args.out, timeout=60)
+    p = bench("plan", cal, "--validate", args.validate_run, "--stages", "2", "--out", args.out, timeout=60)  # no ranks
     text = p.stdout + p.stderr
     for x in text.strip().splitlines()[-25:]:
         print(f"#   {x}")
@@ -591,7 +609,7 @@ def c_plan(args, torch):
                            f"{args.validate_run} (every schedule, chunks 8), {t.name}")
 
 
-PART_C = {"latency-ranks": c_latency_ranks, "case-memory": c_case_memory, "schedules": c_schedules, "plan": c_plan}
+PART_C = {"latency-ranks": c_latency_ranks, "composed-cases": c_composed_cases, "schedules": c_schedules, "plan": c_plan}
 CHILD = {**{k: (lambda a, t, _k=k: PART_B[_k](t)) for k in PART_B}, "probe": c_probe,
          **{f"c-{k}": v for k, v in PART_C.items()}}
 
@@ -707,7 +725,7 @@ def main(argv=None) -> int:
                         s["name"] for s in steps_for("gloo", 2, "", True)]))
     ap.add_argument("--budget-s", type=float, default=TOTAL_BUDGET_S, help=f"total seconds (default {TOTAL_BUDGET_S})")
     ap.add_argument("--only", choices=sorted(CHILD), help=argparse.SUPPRESS)  # a child: one check, then exit
-    ap.add_argument("--transport", default="gloo-cpu", help=argparse.SUPPRESS)
+    ap.add_argument("--transport", default="", help=argparse.SUPPRESS)  # a child's; or every part-C check's (tests)
     ap.add_argument("--validate-run", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     import torch  # lazy: torch (~2 s) after argument parsing, so --help and usage errors are instant
@@ -732,12 +750,14 @@ def main(argv=None) -> int:
         world, backend = 2, "gloo"
         print(f"gpu-smoke --cpu: torch {torch.__version__}; backend gloo, host timers; budget {budget.total_s:.0f} s")
     print("\n## part C: several ranks on one device (each check in its own process, time-limited)", flush=True)
-    part_c(detect_transports(torch, args.cpu), args.out, budget, names)
+    transports = ({k: R.transport_by_name(args.transport) for k in ("collectives", "p2p", "many")} if args.transport
+                  else detect_transports(torch, args.cpu))
+    part_c(transports, args.out, budget, names)
+    print("\n## part A: the command line", flush=True)
+    part_a(backend, world, args.out, args.cpu, gpu, budget, names)
     if gpu:
         print("\n## part B: in-process checks on cuda:0 (each in its own process)", flush=True)
         part_b(budget, names)
-    print("\n## part A: the command line", flush=True)
-    part_a(backend, world, args.out, args.cpu, gpu, budget, names)
     print(f"\n# gpu-smoke summary ({time.monotonic() - budget.t0:.0f} s of {budget.total_s:.0f})")
     for status, check, line in RESULTS:
         print(f"#   {status:<7} {check}: {line}")

@@ -9,8 +9,11 @@ backend allows it:
                 cuda:0. Collectives only: ProcessGroupGloo::send/recv hand the tensor's data
                 pointer to a TCP buffer, so a CUDA tensor cannot go point to point; pipelines run
                 with `staged_p2p` (each send copied to the host, each receive copied back after
-                its wait). The CLI maps gloo to the CPU (bench.distributed.env.select_device), so
-                these checks run in-process, in ranks this module starts.
+                its wait). The CLI maps gloo to the CPU (bench.distributed.env.select_device):
+                the collectives checks run in ranks this module starts, and the pipeline runs
+                that `plan` reads go through `python tools/gpu_smoke_ranks.py KIND ...`, the CLI
+                with patch_cli_ranks applied in the launcher and in every rank (spawn re-imports
+                the main script in each rank process).
   gloo-cpu      `--cpu`: the same checks on host ranks (no allocator figures), which checks the script.
 Two processes on one GPU time-slice (no MPS). The timed workload's spin kernel counts SM clock
 cycles, which keep running during the other process's slice, so its actions should keep their
@@ -23,7 +26,6 @@ Everything a check decides is a pure function here (`*_verdict`), tested on CPU
 import dataclasses
 import os
 import re
-import socket
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -38,8 +40,9 @@ class Transport:
     backend: str  # what init_process_group gets
     device: str  # cuda | cpu: where the ranks' tensors live
     p2p: str  # native | staged (gloo-cuda: through the host, staged_p2p)
-    cli: bool  # reachable through `python -m bench` (the product's own launch)
+    cli: bool  # reachable through `python -m bench` (the product's own launch), as is
     env: dict = field(default_factory=dict)
+    patched: bool = False  # the CLI through `python tools/gpu_smoke_ranks.py KIND ...` (patch_cli_ranks)
     why: str = ""
 
     def describe(self) -> str:
@@ -58,7 +61,7 @@ def choose_transports(*, cuda: bool, gpus: int, nccl_version: tuple | None, shar
     if gpus >= 2:
         t = Transport(name="nccl", backend="nccl", device="cuda", p2p="native", cli=True,
                       why=f"{gpus} GPUs: one per rank (NCCL {ver})")
-        many = Transport(name="gloo-cuda", backend="gloo", device="cuda", p2p="staged", cli=False,
+        many = Transport(name="gloo-cuda", backend="gloo", device="cuda", p2p="staged", cli=False, patched=True,
                          why="4 ranks on fewer GPUs: gloo with CUDA tensors")
         return {"collectives": t, "p2p": t, "many": many if gpus < 4 else t}
     if shared_ok:
@@ -72,8 +75,8 @@ def choose_transports(*, cuda: bool, gpus: int, nccl_version: tuple | None, shar
         reason = f"NCCL {ver}: two ranks on cuda:0 with NCCL_MULTI_RANK_GPU_ENABLE=1 failed the probe"
     else:
         reason = f"NCCL {ver}: not probed"
-    g = Transport(name="gloo-cuda", backend="gloo", device="cuda", p2p="staged", cli=False,
-                  why=f"one GPU; {reason}: gloo with CUDA tensors, in-process ranks")
+    g = Transport(name="gloo-cuda", backend="gloo", device="cuda", p2p="staged", cli=False, patched=True,
+                  why=f"one GPU; {reason}: gloo with CUDA tensors (in-process ranks; the CLI's through patch_cli_ranks)")
     return {"collectives": g, "p2p": g, "many": g}
 
 
@@ -88,7 +91,7 @@ def transport_by_name(name: str) -> Transport:
     if name == "gloo-cuda":
         return choose_transports(cuda=True, gpus=1, nccl_version=None, shared_ok=False)["p2p"]
     if name == "gloo-cpu-staged":  # the gloo-cuda path on host ranks (staged_p2p forced): its CPU test
-        return Transport(name=name, backend="gloo", device="cpu", p2p="staged", cli=False,
+        return Transport(name=name, backend="gloo", device="cpu", p2p="staged", cli=False, patched=True,
                          why="host ranks with host-staged p2p: the gloo-cuda path, checked on CPU")
     raise ValueError(f"unknown transport {name!r}; allowed: nccl, nccl-shared, gloo-cuda, gloo-cpu, gloo-cpu-staged")
 
@@ -207,31 +210,52 @@ class _CopyBack:
 
 
 def staged_p2p(force: bool = False):
-    """Route torch.distributed.isend / irecv of non-host tensors through host buffers (gloo
-    cannot send a CUDA tensor: its send takes the data pointer as a host address). force=True
-    stages host tensors too (the CPU test of this shim). Returns a function that undoes it."""
+    """Route torch.distributed's point-to-point calls (isend / irecv, which P2POp and
+    batch_isend_irecv use, and the blocking send / recv that send_object_list and the pipelining
+    stages' set-up use) of non-host tensors through host buffers: gloo cannot send a CUDA tensor
+    (its send takes the data pointer as a host address). force=True stages host tensors too (the
+    CPU test of this shim). Returns a function that undoes it."""
     import torch.distributed as dist  # lazy: only in rank processes
     import torch.distributed.distributed_c10d as c10d  # lazy: only in rank processes
 
-    orig_isend, orig_irecv = c10d.isend, c10d.irecv
+    orig = {n: getattr(c10d, n) for n in ("isend", "irecv", "send", "recv")}
+
+    def staged(t) -> bool:
+        return force or t.device.type != "cpu"
 
     def isend(tensor, *args, **kwargs):
-        if tensor.device.type == "cpu" and not force:
-            return orig_isend(tensor, *args, **kwargs)
-        return orig_isend(tensor.detach().to("cpu", copy=True), *args, **kwargs)  # waits for the stream's work
+        if not staged(tensor):
+            return orig["isend"](tensor, *args, **kwargs)
+        return orig["isend"](tensor.detach().to("cpu", copy=True), *args, **kwargs)  # waits for the stream's work
 
     def irecv(tensor, *args, **kwargs):
-        if tensor.device.type == "cpu" and not force:
-            return orig_irecv(tensor, *args, **kwargs)
+        if not staged(tensor):
+            return orig["irecv"](tensor, *args, **kwargs)
         host = tensor.detach().new_empty(tensor.shape, device="cpu")
-        return _CopyBack(orig_irecv(host, *args, **kwargs), host, tensor)
+        return _CopyBack(orig["irecv"](host, *args, **kwargs), host, tensor)
 
+    def send(tensor, *args, **kwargs):
+        if not staged(tensor):
+            return orig["send"](tensor, *args, **kwargs)
+        return orig["send"](tensor.detach().to("cpu", copy=True), *args, **kwargs)
+
+    def recv(tensor, *args, **kwargs):
+        if not staged(tensor):
+            return orig["recv"](tensor, *args, **kwargs)
+        host = tensor.detach().new_empty(tensor.shape, device="cpu")
+        src = orig["recv"](host, *args, **kwargs)
+        tensor.detach().copy_(host)
+        return src
+
+    mine = {"isend": isend, "irecv": irecv, "send": send, "recv": recv}
     for mod in (c10d, dist):
-        mod.isend, mod.irecv = isend, irecv
+        for n, f in mine.items():
+            setattr(mod, n, f)
 
     def undo():
         for mod in (c10d, dist):
-            mod.isend, mod.irecv = orig_isend, orig_irecv
+            for n, f in orig.items():
+                setattr(mod, n, f)
     return undo
 
 
@@ -333,26 +357,6 @@ def rank_cases(info, cases: list, steps: int) -> dict:
     return {"live": live, "mems": mems, "wrong": wrong, "check_bytes": 2 * 4 * params + batch_bytes}
 
 
-def rank_schedules(info, schedules: list, model: str, chunks: int, batch: int, steps: int) -> list:
-    """Item 3 in-process (gloo-cuda, staged p2p): every schedule at world 2 on the timed workload;
-    rank 0 returns each case's results row (bubble measured and exact), the others []."""
-    from bench.training.case import CaseSpec  # lazy: rank process
-    from bench.training.measure import build_tables, measure_case  # lazy: rank process
-
-    comm = _comm(info)
-    rows = []
-    for s in schedules:
-        case = CaseSpec(strategy="pp", model=model, world=info.world, chunks=chunks, schedule=s, batch=batch)
-        cfg = SimpleNamespace(check=0, warmup=1, steps=steps, seed=0, profile=0)
-        res = measure_case(case, cfg, comm)
-        if info.rank == 0:
-            base = {"run_id": "gpu-smoke", "degraded": "", "device_type": info.device.type}
-            row = build_tables(case, res, base, [socket.gethostname()] * info.world, 1)["results"][0]
-            rows.append({k: row.get(k) for k in ("schedule", "stages", "bubble_measured", "bubble_exact",
-                                                 "step_median_s", "degraded")} | {"stages": info.world})
-    return rows
-
-
 def rank_probe(info) -> float:
     """The transport probe, every rank: one all_reduce on the rank's device."""
     import torch  # lazy: rank process
@@ -363,3 +367,53 @@ def rank_probe(info) -> float:
     if info.device.type == "cuda":
         torch.cuda.synchronize(info.device)
     return float(t[0].item())
+
+
+# ---- the CLI with gloo ranks on CUDA (gloo-cuda) -------------------------------------------------
+
+CLI_TRANSPORT_ENV = "GPU_SMOKE_TRANSPORT"  # set: `python tools/gpu_smoke_ranks.py KIND ...` patches its ranks
+MARK_DIR_ENV = "GPU_SMOKE_MARK_DIR"  # set: each patched rank leaves a file there (its device, its p2p)
+
+
+def patch_cli_ranks(transport: Transport):
+    """What makes the CLI run gloo ranks on CUDA, in this process: select_device gives a gloo
+    rank cuda:LOCAL_RANK % GPUs (made current) instead of the CPU, and point-to-point goes
+    through host buffers (staged_p2p). Applied at import of this file as the main script, so in
+    the launcher and, through spawn's re-import of the main script, in every rank before init."""
+    import torch  # lazy: only when this file runs as the CLI
+
+    from bench.distributed import env as benv  # lazy: only when this file runs as the CLI
+
+    orig = benv.select_device
+
+    def select_device(backend: str, env=os.environ):
+        if backend != "gloo" or transport.device != "cuda":
+            dev = orig(backend, env)
+        else:
+            dev = torch.device("cuda", int(env.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+            torch.cuda.set_device(dev)
+        mark = env.get(MARK_DIR_ENV)
+        if mark:  # evidence for the caller that the patch reached this rank: one file per rank process
+            with open(os.path.join(mark, f"rank{env.get('RANK', '?')}.pid{os.getpid()}"), "w") as f:
+                f.write(f"{dev} {transport.p2p}\n")
+        return dev
+
+    benv.select_device = select_device
+    if transport.p2p == "staged":
+        staged_p2p(force=transport.device == "cpu")
+
+
+def patched_ranks(mark_dir: str) -> list[str]:
+    """What the patched ranks of a launch left in mark_dir: '<device> <p2p>' per rank process."""
+    return sorted(open(os.path.join(mark_dir, f)).read().strip() for f in os.listdir(mark_dir))
+
+
+if __name__ in ("__main__", "__mp_main__") and os.environ.get(CLI_TRANSPORT_ENV):
+    patch_cli_ranks(transport_by_name(os.environ[CLI_TRANSPORT_ENV]))
+
+if __name__ == "__main__":
+    import sys
+
+    from bench.cli import main
+
+    sys.exit(main())
