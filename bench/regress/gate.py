@@ -31,12 +31,12 @@ from typing import Callable
 
 import pandas as pd
 
-from bench.kind import KINDS
 from bench.regress import baseline as bl
-from bench.results import fingerprint as fp
 from bench.regress.compare import (AGGREGATED, DECIDABLE, Comparison, Rules, _keyed, compare_rows, key_columns,
                                     normalize_kind, public, reading, render_cases, render_groups, render_kinds,
                                     with_confirmation)
+from bench.regress.settings import settings_differences
+from bench.results import fingerprint as fp
 from bench.results.schema import SCHEMA_VERSION
 from bench.results.store import load_run
 from bench.telemetry.summary import THROTTLED_SHARE
@@ -44,7 +44,7 @@ from bench.telemetry.summary import THROTTLED_SHARE
 PASS, REGRESSION, NOT_COMPARABLE = 0, 1, 3
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     exit_code: int
     status: str  # pass | regression | wrong | not-comparable | undecidable
@@ -118,7 +118,7 @@ class Verdict:
 
 
 def _not_comparable(reason: str, **kw) -> Verdict:
-    return Verdict(exit_code=NOT_COMPARABLE, status="not-comparable", reason=reason, **kw)
+    return _verdict(exit_code=NOT_COMPARABLE, status="not-comparable", reason=reason, **kw)
 
 
 def rules_for(baseline: "bl.Baseline", rules_path=None) -> Rules:
@@ -196,9 +196,15 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
     notes = _notes(cmp)
     wrong = cmp.cases[(cmp.cases["verdict"] == "wrong") & cmp.cases["gated"]]
     if len(wrong):
-        return _finish(Verdict(exit_code=REGRESSION, status="wrong",
-                               reason=f"{len(wrong)} case(s) with wrong results (fails outright)",
-                               cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, notes=notes, **info))
+        return _verdict(exit_code=REGRESSION, status="wrong",
+                        reason=f"{len(wrong)} case(s) with wrong results (fails outright)",
+                        cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, notes=notes, **info)
+    cmp, confirmation = _confirmed(cmp, base, current, run, kind, rules, rerun)
+    return _decided(cmp, confirmation, notes, info)
+
+
+def _confirmed(cmp, base, current: pd.DataFrame, run, kind: str, rules: Rules, rerun) -> tuple:
+    """(the comparison to decide on, what the confirmation re-run did)."""
     confirmation = {}
     # With a re-run, the first launch is screened at the looser screen_alpha: a false flag costs one
     # launch, a missed one is a missed regression. The verdict is made at alpha on both launches.
@@ -231,78 +237,28 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
                 cmp.cases.loc[unflagged, "verdict"] = "ok"
             except Exception as e:  # noqa: BLE001 - a failed re-run is reported; the flag stands
                 confirmation["error"] = f"confirmation re-run failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+    return cmp, confirmation
+
+
+def _decided(cmp, confirmation: dict, notes: list, info: dict) -> Verdict:
+    """Regression (confirmed or not), undecidable (no case the baseline can decide) or pass."""
     cases_r, kinds_r = gated_regressions(cmp)
     gated = cmp.cases[cmp.cases["gated"] & ~cmp.cases["verdict"].isin(("missing", "new"))]
     decidable = gated[gated["verdict"].isin(DECIDABLE)]
     if len(cases_r) or len(kinds_r):
         how = "confirmed by a fresh launch" if "run_dir" in confirmation else "unconfirmed: " + confirmation.get("error", "")
-        v = Verdict(exit_code=REGRESSION, status="regression",
-                    reason=f"{_flag_summary(cases_r, kinds_r)} ({how})", **info)
+        said = dict(exit_code=REGRESSION, status="regression", reason=f"{_flag_summary(cases_r, kinds_r)} ({how})")
     elif decidable.empty and not (len(cmp.kinds) and cmp.kinds["verdict"].isin(DECIDABLE).any()):
-        v = Verdict(exit_code=NOT_COMPARABLE, status="undecidable",
+        said = dict(exit_code=NOT_COMPARABLE, status="undecidable",
                     reason=f"baseline cannot decide any case: all {len(gated)} are unstable/throttled/n/a "
-                           f"({cmp.repeats} repeat(s); record more with --repeats)", **info)
+                           f"({cmp.repeats} repeat(s); record more with --repeats)")
     else:
         extra = " after a confirmation re-run" if confirmation else ""
-        v = Verdict(exit_code=PASS, status="pass",
+        said = dict(exit_code=PASS, status="pass",
                     reason=f"{len(decidable)} decidable case(s) and the per-kind geometric mean: no regression{extra}; "
-                           f"{int((gated['verdict'] == 'unstable').sum())} unstable", **info)
-    v.cases, v.kinds, v.groups, v.confirmation = cmp.cases, cmp.kinds, cmp.groups, confirmation
-    v.notes = notes + _notes(cmp, throttled_only=True)
-    return _finish(v)
-
-
-# ---------------------------------------------------------------------------------------------
-# Like with like: the settings that change the numbers
-
-
-# meta.json config fields that change a case's numbers without changing its key (budget and
-# iteration floors change how many samples a median is taken over; blocking how ops overlap)
-CONFIG_SETTINGS = ("modes", "blocking", "budget_s", "iters", "warmup", "max_iters", "blocks", "dtypes", "placements",
-                   "threads", "backend")
-SOFTWARE_SETTINGS = ("torch", "nccl", "cuda")  # full versions (the fingerprint has major.minor only)
-CLUSTER_SETTINGS = ("driver_version", "cuda_driver_version", "power_limit_w")  # power limit: compared when recorded
-
-
-def _nccl_env_of(meta: dict) -> dict | None:
-    if "nccl_env" in meta:
-        return dict(meta.get("nccl_env") or {})
-    envs = [la["nccl_env"] for la in (meta.get("launches") or {}).values() if "nccl_env" in la]
-    return {k: v for e in envs for k, v in e.items()} if envs else None
-
-
-def _distinct(rows: pd.DataFrame, col: str):
-    vals = sorted({str(v) for v in rows[col].dropna()}) if col in rows.columns else []
-    return vals[0] if len(vals) == 1 else tuple(vals) if vals else None
-
-
-def settings_differences(meta_a: dict, rows_a: pd.DataFrame, meta_b: dict, rows_b: pd.DataFrame,
-                         kind: str | None = None) -> list[str]:
-    """'field: a vs b' for every setting that changes the numbers and differs between two
-    measurements (a baseline and a run, or the base and the candidate of an A/B). A field is
-    compared only when both sides record it (older runs lack some)."""
-    out = []
-    ca, cb = meta_a.get("config") or {}, meta_b.get("config") or {}
-    for k in CONFIG_SETTINGS:
-        if k in ca and k in cb and ca[k] != cb[k]:
-            out.append(f"{k}: {ca[k]!r} vs {cb[k]!r}")
-    columns = reading(kind).settings if kind else tuple(dict.fromkeys(c for k in KINDS for c in k.read.settings))
-    said = {o.split(":")[0] for o in out} | {"mode" if "modes" in o else "" for o in out}
-    for col in columns:
-        va, vb = _distinct(rows_a, col), _distinct(rows_b, col)
-        if col not in said and va is not None and vb is not None and va != vb:
-            out.append(f"{col}: {va!r} vs {vb!r}")
-    ea, eb = _nccl_env_of(meta_a), _nccl_env_of(meta_b)
-    if ea is not None and eb is not None:
-        for k in sorted(set(ea) | set(eb)):
-            if ea.get(k) != eb.get(k):
-                out.append(f"{k}: {repr(ea[k]) if k in ea else 'unset'} vs {repr(eb[k]) if k in eb else 'unset'}")
-    for section, names in (("software", SOFTWARE_SETTINGS), ("cluster", CLUSTER_SETTINGS)):
-        sa, sb = meta_a.get(section) or {}, meta_b.get(section) or {}
-        for k in names:
-            if sa.get(k) is not None and sb.get(k) is not None and str(sa[k]) != str(sb[k]):
-                out.append(f"{k}: {sa[k]!r} vs {sb[k]!r}")
-    return out
+                           f"{int((gated['verdict'] == 'unstable').sum())} unstable")
+    return _verdict(**said, cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, confirmation=confirmation,
+                    notes=notes + _notes(cmp, throttled_only=True), **info)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,17 +289,16 @@ def gate_ab(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, kind: str, *, rule
     wrong = cmp.cases[(cmp.cases["verdict"] == "wrong") & cmp.cases["gated"]]
     cases_r, kinds_r = gated_regressions(cmp)
     if len(wrong):
-        v = Verdict(exit_code=REGRESSION, status="wrong", reason=f"{len(wrong)} case(s) with wrong results (fails outright)", **info)
+        said = dict(exit_code=REGRESSION, status="wrong", reason=f"{len(wrong)} case(s) with wrong results (fails outright)")
     elif len(cases_r) or len(kinds_r):
-        v = Verdict(exit_code=REGRESSION, status="regression",
-                    reason=f"{_flag_summary(cases_r, kinds_r)} (A/B: {cmp.repeats} launches of each revision)", **info)
+        said = dict(exit_code=REGRESSION, status="regression",
+                    reason=f"{_flag_summary(cases_r, kinds_r)} (A/B: {cmp.repeats} launches of each revision)")
     else:
         gated = matched[matched["gated"]]
-        v = Verdict(exit_code=PASS, status="pass",
+        said = dict(exit_code=PASS, status="pass",
                     reason=f"A/B over {cmp.repeats} launch pair(s): launch factor, {len(cmp.groups)} group(s) and "
-                           f"{int(gated['verdict'].isin(DECIDABLE).sum())} decidable case(s): no regression", **info)
-    v.cases, v.kinds, v.groups, v.notes = cmp.cases, cmp.kinds, cmp.groups, notes
-    return _finish(v)
+                           f"{int(gated['verdict'].isin(DECIDABLE).sum())} decidable case(s): no regression")
+    return _verdict(**said, cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, notes=notes, **info)
 
 
 def _screened(both: pd.DataFrame, first: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -376,11 +331,11 @@ def _confirmed_groups(both: pd.DataFrame, fresh: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _finish(v: Verdict) -> Verdict:
-    if v.warn_only and v.exit_code == REGRESSION:
-        v.exit_code = PASS
-    v.notes = list(dict.fromkeys(v.notes))
-    return v
+def _verdict(*, exit_code: int, notes=(), warn_only: bool = False, **fields) -> Verdict:
+    """The one place a verdict is made: --warn-only turns a regression into a pass (the reason
+    still says regression), each note once."""
+    return Verdict(exit_code=PASS if warn_only and exit_code == REGRESSION else exit_code,
+                   notes=list(dict.fromkeys(notes)), warn_only=warn_only, **fields)
 
 
 def _key_names(kind: str) -> list[str]:
