@@ -13,7 +13,8 @@ from bench.errors import BenchError, unknown
 from bench.regress import ab
 from bench.regress import baseline as bl
 from bench.regress import gate as gt
-from bench.regress.compare import Rules, compare_rows, normalize_kind, reading, render
+from bench.regress.compare import Rules, compare_rows, normalize_kind, reading
+from bench.regress.render import render
 from bench.results import fingerprint as fp
 from bench.results.cli import _dir, _output_file
 from bench.results.rundir import read_meta

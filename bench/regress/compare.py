@@ -31,19 +31,15 @@ The rule (docs/gate.md has the reasoning and the numbers behind it):
   (reported, not decidable).
 """
 
-import fnmatch
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
 from bench.kind import BASE_KEYS, KINDS, Metric, Reading, kind_named  # noqa: F401  (Metric, BASE_KEYS re-exported)
-from bench.suite import tomllib
-from bench.units import format_size, parse_size
+from bench.regress.rules import Rules  # noqa: F401  (the judges import it from here)
 
 VERDICTS = ("wrong", "regression", "improved", "ok", "unstable", "throttled", "n/a", "missing", "new")
 
@@ -63,73 +59,6 @@ def reading(kind) -> Reading:
 
 def key_columns(kind: str, df: pd.DataFrame | None = None) -> list[str]:
     return [c for c in reading(kind).key_columns() if df is None or c in df.columns]
-
-
-# ---------------------------------------------------------------------------------------------
-# Rules: tolerances per suite and per case
-
-
-@dataclass(frozen=True)
-class Rules:
-    """Gate settings. A rules file (TOML, e.g. suites/smoke.gate.toml) sets any field; its
-    [cases] table maps a case pattern (fnmatch on 'case_id@size_bytes' or on 'case_id') to a
-    tolerance, e.g. `"broadcast.*@4194304" = 0.2`."""
-
-    tolerance: float = 0.10  # fraction worse that is never a regression
-    small_tolerance: float = 0.25  # the same below small_bytes (latency-bound messages)
-    small_bytes: int = 1 << 20
-    geomean_tolerance: float = 0.10  # per kind, on the geometric mean of ratios
-    alpha: float = 0.01  # one-sided: chance that an unchanged launch falls outside the band
-    screen_alpha: float = 0.10  # the gate's first look: which cases to re-run (a false flag costs one launch)
-    max_band: float = 0.50  # a kind's or group's band wider than this: `unstable` (a 1.5x slowdown could not clear it)
-    max_case_band: float = 1.0  # a case's band wider than this: `unstable` (a 2x slowdown of one case must clear it)
-    cases: dict = field(default_factory=dict)  # pattern -> tolerance
-    source: str = "defaults"
-
-    def tolerance_for(self, case_id: str, size_bytes) -> float:
-        size = _int_or_none(size_bytes)
-        for pat, tol in self.cases.items():
-            if fnmatch.fnmatchcase(f"{case_id}@{size}", pat) or fnmatch.fnmatchcase(str(case_id), pat):
-                return float(tol)
-        if size is not None and 0 < size < self.small_bytes:
-            return self.small_tolerance
-        return self.tolerance
-
-    @classmethod
-    def load(cls, path) -> "Rules":
-        path = Path(path)
-        try:
-            raw = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise BenchError(f"gate rules file '{path}' not found") from None
-        except tomllib.TOMLDecodeError as e:
-            raise BenchError(f"gate rules file '{path}': malformed TOML: {e}") from None
-        raw = dict(raw.get("gate", raw))
-        out = {}
-        allowed = ("tolerance", "small_tolerance", "small_bytes", "geomean_tolerance", "alpha", "screen_alpha",
-                   "max_band", "max_case_band", "cases")
-        for k, v in raw.items():
-            if k not in allowed:
-                raise BenchError(f"gate rules file '{path}': unknown key '{k}'; allowed: {', '.join(allowed)}")
-            if k == "small_bytes":
-                v = parse_size(str(v))
-            elif k == "cases":
-                if not isinstance(v, dict) or not all(isinstance(t, (int, float)) for t in v.values()):
-                    raise BenchError(f"gate rules file '{path}': [cases] maps a case pattern to a tolerance number")
-            elif isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise BenchError(f"gate rules file '{path}': key '{k}' must be a number >= 0, got {v!r}")
-            out[k] = v
-        for k in ("alpha", "screen_alpha"):
-            if not 0 < float(out.get(k, getattr(cls, k))) < 0.5:
-                raise BenchError(f"gate rules file '{path}': {k} must be in (0, 0.5)")
-        return cls(**out, source=str(path))
-
-
-def _int_or_none(v):
-    try:
-        return None if v is None or pd.isna(v) else int(v)
-    except (TypeError, ValueError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,104 +384,3 @@ def with_confirmation(first: pd.DataFrame, confirm: pd.DataFrame, kind: str) -> 
 
 __all__ = ["Comparison", "Metric", "Rules", "reading", "band_log", "compare_rows", "decompose",
            "group_label", "key_columns", "normalize_kind", "public", "two_sample", "with_confirmation", "worse_log"]
-
-
-# ---------------------------------------------------------------------------------------------
-# Rendering (terminal table, markdown for CI logs and PR comments, JSON)
-
-
-def format_value(metric: str, v) -> str:
-    if v is None or not np.isfinite(v):
-        return "-"
-    if metric.endswith("_s"):
-        return f"{v * 1e3:.3f} ms" if v >= 1e-3 else f"{v * 1e6:.1f} us"
-    if metric.endswith("_bytes"):
-        return f"{v / 2**20:.1f} MiB"
-    if metric.endswith("_gbps"):
-        return f"{v:.3f} GB/s"
-    return f"{v:.4g}"
-
-
-def _pct(v) -> str:
-    return "-" if v is None or not np.isfinite(v) else f"+{v * 100:.0f}%"
-
-
-def case_table(cases: pd.DataFrame) -> pd.DataFrame:
-    """The displayed columns, formatted; a case's own key columns (each kind's Reading.keys beyond
-    the case id, e.g. an algorithm's variant or a strategy's schedule) follow its id as [key=value]."""
-    keys = list(dict.fromkeys(k for kind in KINDS for k in kind.read.keys))
-    rows = []
-    for _, r in cases.iterrows():
-        size = _int_or_none(r.get("size_bytes"))
-        row = {"case": r["case_id"], "size": format_size(size) if size is not None else "",
-               "placement": r.get("placement", ""), "metric": r["metric"] + ("" if r["gated"] else " (info)"),
-               "baseline": format_value(r["metric"], r["baseline"]), "current": format_value(r["metric"], r["current"]),
-               "ratio": "-" if not np.isfinite(r["ratio"]) else f"{r['ratio']:.3f}",
-               "vs launch": "-" if not np.isfinite(r.get("residual", math.nan)) else f"{r['residual']:.3f}",
-               "band": _pct(r["band"]), "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": _said(r)}
-        for k in keys:
-            if k in cases.columns and str(r.get(k, "")) not in ("", "nan", "<NA>"):
-                row["case"] += f" [{k}={r[k]}]"
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _render_frame(df: pd.DataFrame, fmt: str) -> str:
-    if df.empty:
-        return ""
-    cols = list(df.columns)
-    cells = [[str(x) for x in row] for row in df.itertuples(index=False)]
-    if fmt == "markdown":
-        out = ["| " + " | ".join(cols) + " |", "|" + "|".join(" --- " for _ in cols) + "|"]
-        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
-        return "\n".join(out)
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    fmt_row = lambda row: "  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt_row(cols), fmt_row(["-" * w for w in widths]), *map(fmt_row, cells)])
-
-
-def render_cases(cases: pd.DataFrame, fmt: str = "table") -> str:
-    return _render_frame(case_table(cases), fmt)
-
-
-def render_kinds(kinds: pd.DataFrame, fmt: str = "table") -> str:
-    if kinds.empty:
-        return ""
-    df = pd.DataFrame([{
-        "per kind": f"launch factor (geomean {r['metric']})", "decidable cases": f"{r['decidable']}/{r['cases']}",
-        "worse": "-" if not np.isfinite(r["geomean_worse"]) else f"{r['geomean_worse']:.3f}x",
-        "band": _pct(r["band"]), "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": _said(r)}
-        for _, r in kinds.iterrows()])
-    return _render_frame(df, fmt)
-
-
-def render_groups(groups: pd.DataFrame, fmt: str = "table") -> str:
-    """One line per group: e.g. `all_reduce  time_median_s  2.01x (band +6%)  regression`; worse is
-    the group's geometric mean against the rest of its launch (the launch's median case)."""
-    if groups.empty:
-        return ""
-    df = pd.DataFrame([{
-        "group": r["group"], "metric": r["metric"], "cases": r["cases"],
-        "vs launch": "-" if not np.isfinite(r["worse"]) else f"{r['worse']:.2f}x (band {_pct(r['band'])})",
-        "tol": f"{r['tolerance'] * 100:.0f}%", "verdict": _said(r)} for _, r in groups.iterrows()])
-    return _render_frame(df, fmt)
-
-
-def _said(r) -> str:
-    """A verdict, with the first launch's when a confirmation re-run changed it."""
-    first = r.get("first_verdict")
-    return f"{r['verdict']} (first launch: {first})" if isinstance(first, str) and first != r["verdict"] else r["verdict"]
-
-
-def render(cmp: Comparison, fmt: str = "table", title: str = "") -> str:
-    """A comparison as a table, markdown or JSON text."""
-    if fmt == "json":
-        def records(df):
-            return json.loads(public(df).to_json(orient="records")) if len(df) else []
-
-        return json.dumps({"title": title, "kind": cmp.kind, "repeats": cmp.repeats, "rules": cmp.rules.source,
-                           "cases": records(cmp.cases), "kinds": records(cmp.kinds), "groups": records(cmp.groups)},
-                          indent=2) + "\n"
-    head = f"## {title}" if fmt == "markdown" and title else title
-    parts = [p for p in (head, render_kinds(cmp.kinds, fmt), render_groups(cmp.groups, fmt), render_cases(cmp.cases, fmt)) if p]
-    return "\n\n".join(parts) + "\n"

@@ -33,8 +33,8 @@ import pandas as pd
 
 from bench.regress import baseline as bl
 from bench.regress.compare import (AGGREGATED, DECIDABLE, Comparison, Rules, _keyed, compare_rows, key_columns,
-                                    normalize_kind, public, reading, render_cases, render_groups, render_kinds,
-                                    with_confirmation)
+                                    normalize_kind, public, reading, with_confirmation)
+from bench.regress.render import render_cases, render_groups, render_kinds
 from bench.regress.settings import settings_differences
 from bench.results import fingerprint as fp
 from bench.results.schema import SCHEMA_VERSION
