@@ -113,10 +113,14 @@ def test_memory_the_check_is_not_in_the_peak():
     mems = {r: [_mem(2500 * MiB, 2600 * MiB), _mem(2500 * MiB, 2580 * MiB), _mem(2501 * MiB, 2600 * MiB)]
             for r in range(4)}
     status, line = R.memory_verdict(mems, 2100 * MiB, LABELS)
-    assert status == "ok" and "with check 2500 / 2501 MiB, without 2500 MiB" in line
+    assert status == "ok" and "allocated with check 2500 / 2501 MiB, without 2500 MiB" in line
+    assert "reserved with check 2600 / 2600 MiB, without 2580 MiB" in line
     mems[0][0] = _mem(4600 * MiB, 4700 * MiB)  # the reference model and gathered gradients counted
     status, line = R.memory_verdict(mems, 2100 * MiB, LABELS)
-    assert status == "FAILED" and "rank 0 peaks 2100 MiB higher with the check" in line
+    assert status == "FAILED" and "rank 0 peaks 2100 MiB higher allocated with the check" in line
+    mems[0][0] = _mem(2500 * MiB, 4700 * MiB)  # freed before the reset, but the allocator kept the blocks
+    status, line = R.memory_verdict(mems, 2100 * MiB, LABELS)
+    assert status == "FAILED" and "rank 0 peaks 2120 MiB higher reserved with the check" in line
 
 
 def test_memory_allocated_above_reserved_fails_and_host_ranks_skip():

@@ -725,7 +725,9 @@ def main(argv=None) -> int:
                         s["name"] for s in steps_for("gloo", 2, "", True)]))
     ap.add_argument("--budget-s", type=float, default=TOTAL_BUDGET_S, help=f"total seconds (default {TOTAL_BUDGET_S})")
     ap.add_argument("--only", choices=sorted(CHILD), help=argparse.SUPPRESS)  # a child: one check, then exit
-    ap.add_argument("--transport", default="", help=argparse.SUPPRESS)  # a child's; or every part-C check's (tests)
+    ap.add_argument("--transport", default="",
+                    help="part C on this transport instead of the detected one (e.g. --cpu --transport gloo-cpu-staged: "
+                         "the one-GPU gloo path on host ranks)")
     ap.add_argument("--validate-run", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     import torch  # lazy: torch (~2 s) after argument parsing, so --help and usage errors are instant
