@@ -217,13 +217,10 @@ def exact_columns(case: CaseSpec, order: dict, world: int) -> dict:
     return {"bubble_exact": rx.mean_bubble, "exact_step_s": rx.step_s, "_exact_rank": rx.bubble, "_dur": dur}
 
 
-def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], nodes: int) -> dict:
-    """Rank 0: results row, per-rank rows, per-step rows."""
-    facts, world = res["facts"], len(res["facts"])
-    spec = get_spec(case.model)
-    steps = len(facts[0]["recs"])
+def _per_step(facts: list[dict], nodes: int) -> list:
+    """Each timed step's per-rank breakdown (bench.training.breakdown)."""
     per_step = []
-    for k in range(steps):
+    for k in range(len(facts[0]["recs"])):
         spans = {r: f["recs"][k]["span"] for r, f in enumerate(facts)}
         comp = {r: [(a, b) for kind, _, _, a, b in f["recs"][k]["spans"] if kind in COMPUTE_KINDS]
                 for r, f in enumerate(facts)}
@@ -232,15 +229,14 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
             al = {r: aligned(f["recs"][k]) for r, f in enumerate(facts)}
             spans, comp, waits = ({r: a[i] for r, a in al.items()} for i in range(3))
         per_step.append(breakdown(spans, comp, waits))
-    walls = [bd[0].step_wall_s for bd in per_step]
-    st = summarize(walls)
-    key = {"run_id": base_row["run_id"], "case_id": case.case_id}
-    kinds = {r: [] for r in range(world)}
-    for r, f in enumerate(facts):
-        for rec in f["recs"]:
-            kinds[r].append(kind_totals(rec["spans"]))
+    return per_step
+
+
+def _rank_rows(key: dict, facts: list[dict], per_step: list, hosts: list[str], step_s: float) -> tuple[list, list]:
+    """(strategy_ranks rows: each rank's medians over the steps, strategy_steps rows: each step)."""
+    kinds = {r: [kind_totals(rec["spans"]) for rec in f["recs"]] for r, f in enumerate(facts)}
     ranks, steps_rows = [], []
-    for r in range(world):
+    for r in range(len(facts)):
         col = {n: float(np.median([getattr(bd[r], n) for bd in per_step]))
                for n in ("compute_s", "idle_s", "exposed_comm_s", "overhead_s", "own_span_s")}
         parts = {f"{n}_s": float(np.median([t[n] for t in kinds[r]])) for n in _PARTS}
@@ -249,9 +245,9 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
             for q, sec in bd[r].stalled_by:
                 stalls[q] = stalls.get(q, 0.0) + sec
         mem = facts[r]["mem"]
-        ranks.append({**key, "rank": r, "host": hosts[r], "role": facts[r]["role"], "step_wall_s": st.median_s,
+        ranks.append({**key, "rank": r, "host": hosts[r], "role": facts[r]["role"], "step_wall_s": step_s,
                       **col, **parts, "bubble": float(np.median([bd[r].bubble for bd in per_step])),
-                      "nocompute_frac": 1.0 - col["compute_s"] / st.median_s if st.median_s > 0 else float("nan"),
+                      "nocompute_frac": 1.0 - col["compute_s"] / step_s if step_s > 0 else float("nan"),
                       "solo_compute_s": facts[r]["solo_s"], **mem, "peak_bytes": peak_bytes(mem),
                       "stalled_by": ",".join(f"{q}:{sec / len(per_step):.6f}" for q, sec in sorted(stalls.items()))})
         for k, bd in enumerate(per_step):
@@ -259,6 +255,18 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
             steps_rows.append({**key, "step": k, "rank": r, "step_wall_s": b.step_wall_s, "own_span_s": b.own_span_s,
                                "compute_s": b.compute_s, "idle_s": b.idle_s, "exposed_comm_s": b.exposed_comm_s,
                                "overhead_s": b.overhead_s, **{f"{n}_s": kinds[r][k][n] for n in _PARTS}})
+    return ranks, steps_rows
+
+
+def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], nodes: int) -> dict:
+    """Rank 0: results row, per-rank rows, per-step rows."""
+    facts, world = res["facts"], len(res["facts"])
+    spec = get_spec(case.model)
+    per_step = _per_step(facts, nodes)
+    walls = [bd[0].step_wall_s for bd in per_step]
+    st = summarize(walls)
+    key = {"run_id": base_row["run_id"], "case_id": case.case_id}
+    ranks, steps_rows = _rank_rows(key, facts, per_step, hosts, st.median_s)
     devices = world * facts[0]["devices"]
     sps = case.batch / st.median_s
     tps = sps * spec.tokens_per_sample

@@ -220,6 +220,55 @@ def _strategy_bars(sec, out_dir, res, col, scale, ylabel, title, name, what):
                            f"({len(groups)} strategy/model pairs, {len(runs)} run(s))."))
 
 
+def _pipeline_plots(sec, out_dir, pp, kind: str, multi: bool, how: str):
+    """Throughput, speedup, bubble and peak memory of the pipeline rows against chunks."""
+    keys = series_keys(pp, _PP_SERIES, multi)
+    _lines_vs_chunks(
+        sec, out_dir, pp, keys,
+        lambda g: (num(g, "samples_per_s"), num(g, "batch") / num(g, "step_p75_s"), num(g, "batch") / num(g, "step_p25_s")),
+        f"{kind}_throughput_vs_chunks", "pipeline throughput vs chunks (per schedule and sweep mode)",
+        "throughput (samples/s)",
+        "Line plot of pipeline training throughput in samples per second against chunks, one line per "
+        "schedule and sweep mode, with bands from the step p25-p75.")
+    sp = _speedups(pp)
+    if np.isfinite(sp["speedup"]).any():
+        _lines_vs_chunks(sec, out_dir, sp, keys, lambda g: (num(g, "speedup"), None, None),
+                         f"{kind}_speedup_vs_chunks1", "pipeline speedup vs chunks=1", "speedup (x, vs chunks=1)",
+                         "Line plot of pipeline throughput speedup relative to chunks=1 against chunks.")
+        sec.notes.append(how)
+    else:
+        sec.missing.append("speedup vs chunks=1: no chunks=1 case to compare with")
+    if "bubble_measured" in pp:
+        _bubble(sec, out_dir, pp, keys, kind)
+        _bubble_by_schedule(sec, out_dir, pp, kind)
+    mem_keys = [k for k in series_keys(pp, ("model", "checkpoint", "schedule", "sweep_mode", "stages"), multi)]
+    if "checkpoint" not in mem_keys:
+        mem_keys.append("checkpoint")
+    mk = str(pp["memory_kind"].dropna().iloc[0]) if "memory_kind" in pp and pp["memory_kind"].notna().any() else ""
+    what = "CUDA peak reserved per device" if mk == "cuda" else "host peak RSS per rank (CPU run)"
+    _lines_vs_chunks(sec, out_dir, pp, mem_keys, lambda g: (num(g, "peak_memory_bytes") / 2**20, None, None),
+                     f"{kind}_peak_memory_vs_chunks_by_checkpoint",
+                     f"peak memory vs chunks and checkpoint mode ({what})", "peak memory (MiB)",
+                     f"Line plot of {what} in MiB against chunks, one line per checkpoint mode.")
+
+
+def _efficiency(sec, out_dir, eff, kind: str, multi: bool):
+    """The micro-batch efficiency curve: one process, the same mini-batch in m sequential chunks."""
+    fig, axes = new_figure()
+    ax = axes[0][0]
+    for i, ((lab, model), g) in enumerate(eff.groupby(["_label", "model"], sort=True)):
+        g = g.sort_values("micro_batch")
+        ax.plot(num(g, "micro_batch"), num(g, "relative_throughput"), label=f"{lab}: {model}" if multi else model,
+                **style(i, baseline=bool(g["_baseline"].iloc[0])))
+    chunk_axis(ax, eff["micro_batch"].dropna().unique())
+    ax.axhline(1.0, color="0.5", linewidth=0.8)
+    finish_axes(ax, "micro-batch size (samples, log2)", "throughput relative to the whole mini-batch (x)",
+                "micro-batch efficiency (one process, same mini-batch in m sequential chunks)")
+    sec.images.append(save(fig, out_dir, f"{kind}_microbatch_efficiency", "micro-batch efficiency",
+                           "Line plot of single-process throughput relative to the unsplit mini-batch against "
+                           "micro-batch size in samples."))
+
+
 def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> Section:
     """Plots of training runs; `kind` names the files, `pipeline`: a pipeline sweep (chunks, bubble)
     rather than a strategy comparison."""
@@ -236,35 +285,7 @@ def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> S
     res, how = _step_from_raw(res, table(entries, "strategy_steps"))
     pp = res[res["strategy"] == "pp"]
     if not pp.empty:
-        pp = _with_fixed(pp)
-        keys = series_keys(pp, _PP_SERIES, multi)
-        _lines_vs_chunks(
-            sec, out_dir, pp, keys,
-            lambda g: (num(g, "samples_per_s"), num(g, "batch") / num(g, "step_p75_s"), num(g, "batch") / num(g, "step_p25_s")),
-            f"{kind}_throughput_vs_chunks", "pipeline throughput vs chunks (per schedule and sweep mode)",
-            "throughput (samples/s)",
-            "Line plot of pipeline training throughput in samples per second against chunks, one line per "
-            "schedule and sweep mode, with bands from the step p25-p75.")
-        sp = _speedups(pp)
-        if np.isfinite(sp["speedup"]).any():
-            _lines_vs_chunks(sec, out_dir, sp, keys, lambda g: (num(g, "speedup"), None, None),
-                             f"{kind}_speedup_vs_chunks1", "pipeline speedup vs chunks=1", "speedup (x, vs chunks=1)",
-                             "Line plot of pipeline throughput speedup relative to chunks=1 against chunks.")
-            sec.notes.append(how)
-        else:
-            sec.missing.append("speedup vs chunks=1: no chunks=1 case to compare with")
-        if "bubble_measured" in pp:
-            _bubble(sec, out_dir, pp, keys, kind)
-            _bubble_by_schedule(sec, out_dir, pp, kind)
-        mem_keys = [k for k in series_keys(pp, ("model", "checkpoint", "schedule", "sweep_mode", "stages"), multi)]
-        if "checkpoint" not in mem_keys:
-            mem_keys.append("checkpoint")
-        mk = str(pp["memory_kind"].dropna().iloc[0]) if "memory_kind" in pp and pp["memory_kind"].notna().any() else ""
-        what = "CUDA peak reserved per device" if mk == "cuda" else "host peak RSS per rank (CPU run)"
-        _lines_vs_chunks(sec, out_dir, pp, mem_keys, lambda g: (num(g, "peak_memory_bytes") / 2**20, None, None),
-                         f"{kind}_peak_memory_vs_chunks_by_checkpoint",
-                         f"peak memory vs chunks and checkpoint mode ({what})", "peak memory (MiB)",
-                         f"Line plot of {what} in MiB against chunks, one line per checkpoint mode.")
+        _pipeline_plots(sec, out_dir, _with_fixed(pp), kind, multi, how)
     elif pipeline:
         sec.missing.append("no pipeline (pp) rows in these runs")
     spans = table(entries, "strategy_spans")
@@ -272,19 +293,7 @@ def section(entries: list[Entry], out_dir: Path, kind: str, pipeline: bool) -> S
         _gantt(sec, out_dir, spans, kind)
     eff = table(entries, "microbatch_efficiency")
     if not eff.empty:
-        fig, axes = new_figure()
-        ax = axes[0][0]
-        for i, ((lab, model), g) in enumerate(eff.groupby(["_label", "model"], sort=True)):
-            g = g.sort_values("micro_batch")
-            ax.plot(num(g, "micro_batch"), num(g, "relative_throughput"), label=f"{lab}: {model}" if multi else model,
-                    **style(i, baseline=bool(g["_baseline"].iloc[0])))
-        chunk_axis(ax, eff["micro_batch"].dropna().unique())
-        ax.axhline(1.0, color="0.5", linewidth=0.8)
-        finish_axes(ax, "micro-batch size (samples, log2)", "throughput relative to the whole mini-batch (x)",
-                    "micro-batch efficiency (one process, same mini-batch in m sequential chunks)")
-        sec.images.append(save(fig, out_dir, f"{kind}_microbatch_efficiency", "micro-batch efficiency",
-                               "Line plot of single-process throughput relative to the unsplit mini-batch against "
-                               "micro-batch size in samples."))
+        _efficiency(sec, out_dir, eff, kind, multi)
     elif pipeline:
         sec.missing.append("no microbatch_efficiency table (run without --no-efficiency to get the curve)")
     if res["strategy"].nunique() > 1 or not pipeline:
