@@ -107,9 +107,10 @@ class SimCluster:
         n = self.net.nodes
         master = n[0]
         # no --node-rank: c10d ignores it and orders the nodes by --local-addr (node i is group rank i)
-        torchrun = [self.python, "-m", "torch.distributed.run", "--nnodes", str(len(n)), "--nproc-per-node", str(self.ranks_per_node), "--rdzv-backend", "c10d",
+        torchrun = [self.python, "-m", "torch.distributed.run", "--nnodes", str(len(n)),
+                    "--nproc-per-node", str(self.ranks_per_node), "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", f"{master.address}:{RENDEZVOUS_PORT}", "--rdzv-id", f"simcluster-{self.net.id}",
-                    # node 0 hosts the rendezvous store (its hostname does not resolve: say it rather than look)
+                    # node 0 hosts the rendezvous store: said outright, not guessed from host names
                     "--rdzv-conf", f"is_host={int(node.index == 0)}",
                     # c10d names each node by this address (MASTER_ADDR of the workers is node 0's)
                     "--local-addr", node.address, "--max-restarts", "0", *argv]
@@ -120,6 +121,8 @@ class SimCluster:
         return ["ip", "netns", "exec", node.netns, "unshare", "--uts", "sh", "-c", script, "sh", *torchrun]
 
     def env(self, node) -> dict:
+        """The host's environment, gloo (and NCCL) bound to the node's interface, and the cluster's
+        id in DISTBENCH_SIMCLUSTER (for a script that wants to know)."""
         return {**os.environ, "GLOO_SOCKET_IFNAME": node.ifname, "NCCL_SOCKET_IFNAME": node.ifname,
                 "DISTBENCH_SIMCLUSTER": self.net.id, "PYTHONUNBUFFERED": "1"}
 
