@@ -133,11 +133,8 @@ def owner_pid(netns: str) -> int | None:
 
 
 def _alive_owner(pid: int | None) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"simcluster" in f.read()
-    except (OSError, TypeError):
-        return False
+    """The owner still runs (any process of that pid: a reused pid only delays the cleanup)."""
+    return pid is not None and os.path.exists(f"/proc/{pid}")
 
 
 def _ip(*args, check=True) -> subprocess.CompletedProcess:
@@ -216,7 +213,7 @@ class Network:
 
 def remove_stale() -> list[str]:
     """Delete the namespaces of invocations that died without tearing down (kill -9): every
-    `dbsc-` namespace whose owner pid no longer runs simcluster, after killing what runs in it."""
+    `dbsc-` namespace whose owner pid no longer runs, after killing what runs in it."""
     removed = []
     for ns in leftover_namespaces():
         if _alive_owner(owner_pid(ns)):
