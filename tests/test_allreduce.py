@@ -21,7 +21,7 @@ from bench.allreduce.kind import KIND, plan
 from bench.allreduce.model import measured_crossover, model_crossover, n_half
 from bench.allreduce.ring import default_chunk_bytes
 from bench.cli import main
-from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
+from bench.sweep.values import Ctx, arange, reduce_expected, reduce_values
 from bench.harness.run import run as run_plan
 from bench.results.store import load_run
 from bench.timing.alphabeta import fit, predict

@@ -172,12 +172,12 @@ def test_every_import_inside_a_function_says_why_it_is_lazy():
 
 KIND_DIRS = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.pipeline")
 REGISTRY_MODULE = "bench.kinds"  # the one module that lists the kinds
-GENERIC = ("bench.harness", "bench.results", "bench.regress", "bench.report", "bench.training", "bench.distributed", "bench.timing", "bench.telemetry",
+GENERIC = ("bench.harness", "bench.results", "bench.regress", "bench.report", "bench.training", "bench.sweep", "bench.distributed", "bench.timing", "bench.telemetry",
            "bench.preflight", "bench.kind", "bench.cli", "bench.options", "bench.suite", "bench.units", "bench.registry",
            "bench.errors", "bench.workloads", "bench.overhead", "bench.simcluster")
 # The layers that must not import a kind's folder (the CLI may: it lists the kinds; bench/overhead is
 # a benchmark of its own, timing one collective).
-KIND_BLIND = ("bench.harness", "bench.results", "bench.regress", "bench.report", "bench.training", "bench.distributed", "bench.timing", "bench.telemetry",
+KIND_BLIND = ("bench.harness", "bench.results", "bench.regress", "bench.report", "bench.training", "bench.sweep", "bench.distributed", "bench.timing", "bench.telemetry",
               "bench.preflight", "bench.kind")
 
 
@@ -240,3 +240,12 @@ def test_storage_then_judgement_then_report(room, above):
     Imports run that way only (inside functions too)."""
     bad = sorted(f"{m} -> {i}" for m in MODULES if _within(m, (room,)) for i in imports(m) if _within(i, above))
     assert bad == [], f"{room} imports a room above it:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("kind", KIND_DIRS)
+def test_no_kind_imports_another(kind):
+    """What two kinds share lives in an engine below them (bench/training, bench/sweep), never in
+    one kind's folder that the other imports."""
+    others = tuple(k for k in KIND_DIRS if k != kind)
+    bad = sorted(f"{m} -> {i}" for m in MODULES if _within(m, (kind,)) for i in imports(m) if _within(i, others))
+    assert bad == [], f"{kind} imports another kind:\n" + "\n".join(bad)

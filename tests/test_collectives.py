@@ -320,9 +320,9 @@ class _LargestNewTensor:
 def test_the_check_never_copies_the_whole_buffer(monkeypatch, op, dtype):
     """Was: the avg check made float64 copies of the whole buffer (16 GiB more for an 8 GiB
     all_reduce) and every check a whole-buffer mask; now each temporary holds one chunk."""
-    from bench.collectives import base
+    from bench.sweep import values
 
-    monkeypatch.setattr(base, "CHECK_CHUNK_NUMEL", 1000, raising=False)
+    monkeypatch.setattr(values, "CHECK_CHUNK_NUMEL", 1000, raising=False)
     n, count = 3, 10_000
     c = Ctx(rank=0, world=n, count=count, dtype=dtype, device=torch.device("cpu"), op=op)
     want = reduce_expected(arange(0, count, c.device), c)

@@ -25,8 +25,8 @@ from bench.allreduce.config import AllreduceConfig, CaseSpec, expand, variant_la
 from bench.allreduce.memory import MEMORY
 from bench.allreduce.nccl_log import PROBE, log_env, write_nccl_tuning
 from bench.allreduce.summary import AllreduceLive, allreduce_summary
-from bench.collectives.base import Ctx, arange, reduce_expected, reduce_values
-from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
+from bench.sweep.values import Ctx, arange, reduce_expected, reduce_values
+from bench.sweep.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
 from bench.harness.rows import timed_tables

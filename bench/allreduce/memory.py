@@ -3,7 +3,7 @@ the block of every algorithm at one size, bench/allreduce/kind.py; each algorith
 scratch (Algorithm.scratch_bytes)."""
 
 from bench.allreduce import REGISTRY
-from bench.collectives.memory import elem_bytes, sizes_that_fit
+from bench.sweep.memory import elem_bytes, sizes_that_fit
 from bench.kind import Memory
 from bench.units import format_size
 

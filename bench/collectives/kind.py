@@ -10,11 +10,11 @@ import torch
 
 from bench.collectives import REGISTRY, Ctx
 from bench.collectives import probe
-from bench.collectives.base import wrong_elements
+from bench.sweep.values import wrong_elements
 from bench.collectives.columns import COLUMNS
 from bench.collectives.config import CaseSpec, CollectivesConfig, expand
 from bench.collectives.memory import MEMORY
-from bench.collectives.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
+from bench.sweep.reading import COMM_METRICS, COMM_SETTINGS, narrow_sized
 from bench.collectives.summary import CollectivesLive, collectives_summary
 from bench.errors import BenchError
 from bench.harness.rows import timed_tables

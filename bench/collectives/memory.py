@@ -6,16 +6,11 @@ and while checked a fresh set of them plus the expected result; the chunked comp
 most CHECK_SCRATCH_BYTES. Rooted collectives are counted at the root (the rank that holds most).
 """
 
-import torch
-
 from bench.collectives import REGISTRY as COLLECTIVES
 from bench.collectives.base import CHECK_SCRATCH_BYTES, case_numel
 from bench.kind import Memory
-from bench.units import format_size, parse_dtype
-
-
-def elem_bytes(dtype: str) -> int:
-    return torch.empty((), dtype=parse_dtype(dtype)).element_size()
+from bench.sweep.memory import elem_bytes, sizes_that_fit
+from bench.units import format_size
 
 
 def collective_case_bytes(collective: str, size_bytes: int, elem_bytes: int, world: int, check: int = 1,
@@ -45,14 +40,6 @@ def collectives_bytes_per_rank(cfg, world: int, sizes=None) -> tuple[int, str]:
                 if b > best:
                     best, label = b, f"{name} {dtype} at {format_size(s)}B, world {world}"
     return best, label
-
-
-def sizes_that_fit(per_rank):
-    """fits(cfg, world, budget) of a size sweep: the sizes whose every case fits the budget."""
-    def fits(cfg, world: int, budget: float) -> list[str]:
-        return [f"{format_size(s)}B" for s in sorted(set(cfg.size_list())) if per_rank(cfg, world, [s])[0] <= budget]
-
-    return fits
 
 
 MEMORY = Memory(need=collectives_bytes_per_rank, fits=sizes_that_fit(collectives_bytes_per_rank))
