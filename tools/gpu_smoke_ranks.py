@@ -6,8 +6,8 @@ backend allows it:
   nccl-shared   NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1: ranks share cuda:0, through the CLI
                 (NCCL before 2.30 refuses two ranks on one GPU at communicator init)
   gloo-cuda     gloo with CUDA tensors: every rank's events and allocator are real CUDA ones on
-                cuda:0. Collectives only: ProcessGroupGloo::send/recv hand the tensor's data
-                pointer to a TCP buffer, so a CUDA tensor cannot go point to point; pipelines run
+                cuda:0. ProcessGroupGloo::send/recv hand the tensor's data pointer to a TCP
+                buffer, so a CUDA tensor cannot go point to point as is; pipelines run
                 with `staged_p2p` (each send copied to the host, each receive copied back after
                 its wait). The CLI maps gloo to the CPU (bench.distributed.env.select_device):
                 the collectives checks run in ranks this module starts, and the pipeline runs
@@ -36,7 +36,7 @@ MiB = 1 << 20
 
 @dataclass(frozen=True, kw_only=True)
 class Transport:
-    name: str  # nccl | nccl-shared | gloo-cuda | gloo-cpu
+    name: str  # nccl | nccl-shared | gloo-cuda | gloo-cpu | gloo-cpu-staged (the gloo-cuda path on host ranks)
     backend: str  # what init_process_group gets
     device: str  # cuda | cpu: where the ranks' tensors live
     p2p: str  # native | staged (gloo-cuda: through the host, staged_p2p)
@@ -50,13 +50,14 @@ class Transport:
 
 
 def choose_transports(*, cuda: bool, gpus: int, nccl_version: tuple | None, shared_ok: bool | None) -> dict:
-    """{'collectives': Transport, 'p2p': Transport}: the best way to put ranks on this machine.
+    """{'collectives': 2 ranks, 'p2p': 2 pipeline ranks, 'many': 4 ranks (composed layouts)}: the
+    best way to put ranks on this machine, as Transports.
     shared_ok: whether a probe of two NCCL ranks on cuda:0 with NCCL_MULTI_RANK_GPU_ENABLE=1
     succeeded (None: not probed). Pure: the caller probes."""
     if not cuda:
         t = Transport(name="gloo-cpu", backend="gloo", device="cpu", p2p="native", cli=True,
                       why="--cpu (or no CUDA): host ranks, which checks the script")
-        return {"collectives": t, "p2p": t}
+        return {"collectives": t, "p2p": t, "many": t}
     ver = ".".join(map(str, nccl_version)) if nccl_version else "unknown"
     if gpus >= 2:
         t = Transport(name="nccl", backend="nccl", device="cuda", p2p="native", cli=True,
