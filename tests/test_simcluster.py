@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -53,7 +54,7 @@ def _left(id_: str) -> list[str]:
     for cmd in (["ip", "-o", "link"], ["tc", "qdisc", "show"]):
         found += [f"{cmd[0]}: {ln}" for ln in subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()
                   if id_ in ln]
-    found += [f"tmp {p}" for p in os.listdir("/tmp") if p.startswith(f"dbsc-{id_}")]
+    found += [f"tmp {p}" for p in os.listdir(tempfile.gettempdir()) if p.startswith(f"dbsc-{id_}")]
     return found
 
 
@@ -224,7 +225,10 @@ def test_namespaces_of_a_killed_invocation_are_removed_by_the_next():
     try:
         for ns in mine:
             subprocess.run(["ip", "netns", "add", ns], check=True)
+        hosts_dir = os.path.join(tempfile.gettempdir(), f"{mine[0][:-3]}-hosts")
+        os.makedirs(hosts_dir)  # the dead invocation's temporary /etc/hosts
         assert net.remove_stale() == [mine[0]]
+        assert not os.path.exists(hosts_dir)
         assert net.leftover_namespaces(f"{live.pid:x}x0000") == [mine[1]]
     finally:
         live.kill()

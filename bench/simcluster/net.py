@@ -20,7 +20,9 @@ import re
 import secrets
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.errors import BenchError, unknown
 
@@ -226,6 +228,9 @@ def remove_stale() -> list[str]:
                 pass
         if _ip("ip", "netns", "del", ns, check=False).returncode == 0:
             removed.append(ns)
+    for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):  # their /etc/hosts (bench.simcluster.run)
+        if owner_pid(d.name) is not None and not _alive_owner(owner_pid(d.name)):
+            shutil.rmtree(d, ignore_errors=True)
     return removed
 
 
