@@ -216,3 +216,21 @@ def test_each_case_peak_is_its_own(monkeypatch, tmp_path):
         gc.enable()
     assert peaks == [(1 << 30, 1 << 30)]
     assert {d for _f, d in cuda.calls if d is not None} == {3}
+
+
+def test_a_launchs_watchdog_ends_with_the_launch(monkeypatch):
+    """Was: the watchdog thread of a launch run in-process (tests, gpu-smoke) slept on forever, and a
+    later test that faked time.sleep counted its 0.2 s naps (test_timed_block_runs_input_and_weight_
+    gradients_apart failed after the suite's in-process launches). It ends when the launch does, and
+    never calls time.sleep."""
+    import time
+
+    from bench.harness.rank import Watchdog
+
+    naps = []
+    monkeypatch.setattr(time, "sleep", lambda s: naps.append(s))
+    dog = Watchdog(0)
+    dog.arm("case", 60.0)
+    dog.stop()
+    dog.thread.join(timeout=5)
+    assert not dog.thread.is_alive() and naps == []

@@ -68,7 +68,9 @@ class Watchdog:
 
     def __init__(self, rank: int, run_dir: Path | None = None):
         self.rank, self.deadline, self.what, self.run_dir = rank, None, "", run_dir
-        threading.Thread(target=self._watch, daemon=True, name="distbench-watchdog").start()
+        self._stopped = threading.Event()  # set when the launch ends: the thread never outlives it
+        self.thread = threading.Thread(target=self._watch, daemon=True, name="distbench-watchdog")
+        self.thread.start()
 
     def arm(self, what: str, limit_s: float):
         self.what, self.limit_s, self.deadline = what, limit_s, time.monotonic() + limit_s
@@ -76,9 +78,12 @@ class Watchdog:
     def disarm(self):
         self.deadline = None
 
+    def stop(self):
+        self.deadline = None
+        self._stopped.set()
+
     def _watch(self):
-        while True:
-            time.sleep(0.2)
+        while not self._stopped.wait(0.2):  # an Event, not time.sleep: a test that fakes sleep sees none of ours
             d = self.deadline
             if d is not None and time.monotonic() > d:
                 msg = f"case {self.what} exceeded its wall-clock limit of {self.limit_s:g} s on rank {self.rank}"
@@ -272,7 +277,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
         if writer and extra:
             keep(extra, None)
     finally:
-        dog.disarm()
+        dog.stop()
         launch.tel.close()
     if writer:
         finish_meta(writer, key, rows=rows, wrong=wrong)
