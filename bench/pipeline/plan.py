@@ -53,7 +53,7 @@ class Observation:
     micro_batch: int
     step_s: float  # measured median step
     stage_s: dict  # (model stage, kind) -> seconds per micro-batch (median)
-    peak_bytes: dict = field(default_factory=dict)  # rank -> peak bytes (CPU: RSS; CUDA: allocated)
+    peak_bytes: dict = field(default_factory=dict)  # stage -> strategy_ranks.peak_bytes (CPU: peak RSS; CUDA: reserved)
     case_id: str = ""
     run_id: str = ""
     run_dir: str = ""
