@@ -7,6 +7,7 @@ Bad input is a one-line `distbench: error: ...` with exit code 2, before anythin
 Exit code 1 means the benchmark ran but found wrong results (or a rank failed).
 """
 
+import argparse
 import dataclasses
 import sys
 
@@ -48,6 +49,11 @@ def build_parser() -> Parser:
     for module in COMMANDS:
         module.add_parser(sub)
     sub.add_parser("list", help="list the registered units").set_defaults(func=cmd_list)
+    # a subcommand added with help=argparse.SUPPRESS (bisect-step: internal) stays callable and is left out of
+    # --help: its line (which python < 3.13 prints as '==SUPPRESS==') and its name in the list of choices
+    hidden = {a.dest for a in sub._choices_actions if a.help == argparse.SUPPRESS}
+    sub._choices_actions[:] = [a for a in sub._choices_actions if a.dest not in hidden]
+    sub.metavar = "{" + ",".join(name for name in sub.choices if name not in hidden) + "}"
     return parser
 
 

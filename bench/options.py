@@ -2,9 +2,24 @@
 one-line usage errors, the options every kind has, and option -> config-field overrides."""
 
 import argparse
+from pathlib import Path
 
 from bench.errors import BenchError
-from bench.suite import int_list, split_list
+from bench.suite import int_list, shipped_suites, split_list
+
+# The suite `gate --against REV` and `bisect` run when --suite is left out: what `make gate-ab` runs.
+AB_SUITE = "suites/smoke.toml"
+
+
+def ab_suite(given: str | None) -> str:
+    """--suite of `gate --against` and `bisect`: the file given, else AB_SUITE (relative to the working
+    directory when it is there, else the shipped copy)."""
+    if given:
+        return given
+    if Path(AB_SUITE).is_file():
+        return AB_SUITE
+    shipped = shipped_suites().get(Path(AB_SUITE).stem)
+    return str(shipped) if shipped else AB_SUITE
 
 
 class Parser(argparse.ArgumentParser):
@@ -73,4 +88,5 @@ def add_training_options(p: argparse.ArgumentParser):
     p.add_argument("--steps", default=None, help="timed steps (>= 5)")
     p.add_argument("--warmup", default=None, help="discarded warm-up steps")
     p.add_argument("--check", default=None, help="1: compare the first step with the single-process reference")
-    p.add_argument("--seed", default=None)
+    p.add_argument("--seed", default=None,
+                   help="seed of the model's initial weights and of the data (default 0, or the suite's 'seed')")

@@ -272,7 +272,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
                 _fault(i, info.rank, "write")
                 if writer:
                     keep(tables, k)
-                    progress.tick()
+                    progress.tick(k)
         extra = kind.after_units(cfg, launch) if kind.after_units else None
         if writer and extra:
             keep(extra, None)
@@ -286,18 +286,21 @@ def run_launch(job: Job, info, init_s: float) -> dict:
 
 
 class Progress:
-    """Elapsed time and an ETA on rank 0's stderr as units finish (only when stderr is a terminal)."""
+    """Elapsed time and an ETA on rank 0's stderr as units finish: on a terminal one line rewritten in
+    place; elsewhere (a CI log, a pipe, `| tee`) one plain line per finished case, naming it."""
 
     def __init__(self, total: int):
         self.total, self.done, self.t0 = total, 0, time.monotonic()
-        self.on = sys.stderr.isatty()
+        self.tty = sys.stderr.isatty()
 
-    def tick(self):
+    def tick(self, key: str | None = None):
         self.done += 1
-        if not self.on:
-            return
         el = time.monotonic() - self.t0
         eta = el / self.done * (self.total - self.done)
+        if not self.tty:
+            case = f" {key} done," if key else ""
+            print(f"[{self.done}/{self.total}]{case} elapsed {el:.0f} s, ETA {eta:.0f} s", file=sys.stderr, flush=True)
+            return
         end = "\n" if self.done == self.total else ""
         print(f"\r[{self.done}/{self.total}] elapsed {el:.0f} s, ETA {eta:.0f} s   ", end=end, file=sys.stderr,
               flush=True)

@@ -47,13 +47,13 @@ def add_parser(sub):
                    help="only candidates at these worlds (stages x dp), comma list: what a fixed number of "
                         "devices can run")
     p.add_argument("--schedules", default=None, help="schedules to consider (default: every one torch ships)")
-    p.add_argument("--chunks", default="1,2,4,8,16", help="micro-batch counts, comma list")
+    p.add_argument("--chunks", default="1,2,4,8,16", help="micro-batch counts, comma list (default 1,2,4,8,16)")
     p.add_argument("--checkpoint", default=None,
                    help="activation checkpointing modes to consider, comma list of always, except_last, never "
                         "(default: the calibrated ones)")
     p.add_argument("--batch", type=int, default=None, help="mini-batch (default: the calibration runs')")
     p.add_argument("--memory-limit", default=None, help="per-rank memory limit, e.g. 2G: candidates above are dropped")
-    p.add_argument("--top", type=int, default=5, help="how many recommendations to print")
+    p.add_argument("--top", type=int, default=5, help="how many recommendations to print (default 5)")
     p.add_argument("--validate", nargs="*", default=None, metavar="RUN_DIR",
                    help="print predicted vs measured and the MAPE on runs not used for calibration; with no "
                         "RUN_DIR it measures them first (--validate-suite, same model, under --out)")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError, unknown
+from bench.options import AB_SUITE, ab_suite
 from bench.regress import ab
 from bench.regress import baseline as bl
 from bench.regress import gate as gt
@@ -52,7 +53,8 @@ def add_parser(sub):
     g.add_argument("--baseline", default=None,
                    help="a baseline directory, or a root of them chosen by fingerprint (default results/baselines)")
     g.add_argument("--current", default=None, help="the run directory to judge")
-    g.add_argument("--suite", default=None, help="instead of --current: run this suite now, then judge it")
+    g.add_argument("--suite", default=None, help="instead of --current: run this suite now, then judge it; with "
+                                                 f"--against, the suite both revisions run (default {AB_SUITE})")
     g.add_argument("--warn-only", action="store_true", help="report regressions but exit 0")
     g.add_argument("--no-confirm", action="store_true", help="no confirmation re-run (flagged regressions stand)")
     g.add_argument("--rules", default=None, help="gate rules TOML (default <suite>.gate.toml beside the suite)")
@@ -61,8 +63,9 @@ def add_parser(sub):
                    help="also write the markdown summary here ($GITHUB_STEP_SUMMARY is appended to when set)")
     g.add_argument("--out", default="results", help="where --suite and confirmation runs are written")
     g.add_argument("--against", default=None, metavar="REV",
-                   help="same-machine A/B instead of a stored baseline: run --suite for git revision REV (a temporary "
-                        "worktree, this python) and for the working tree, interleaved, and judge the pairs")
+                   help="same-machine A/B instead of a stored baseline: run --suite (default "
+                        f"{AB_SUITE}) for git revision REV (a temporary worktree, this python) and for the working "
+                        "tree, interleaved, and judge the pairs")
     g.add_argument("--pairs", type=int, default=None, help="A/B launch pairs (default 5; with --against)")
     g.set_defaults(func=cmd_gate)
 
@@ -196,16 +199,18 @@ def cmd_gate(args) -> int:
 def _cmd_gate_ab(args, fmt: str) -> int:
     if args.against is None:
         raise BenchError("--pairs is an A/B option: give --against REV too (e.g. --against HEAD~1)")
-    if not args.suite or args.current or args.baseline:
-        raise BenchError("--against REV runs a suite for both revisions: give --suite FILE, and neither --current nor --baseline")
+    if args.current or args.baseline:
+        raise BenchError(f"--against REV runs a suite for both revisions (--suite FILE, default {AB_SUITE}): "
+                         "give neither --current nor --baseline")
     if not str(args.against).strip():
         raise BenchError("--against '': give a git revision, e.g. HEAD~1, main or a commit sha")
-    if not Path(args.suite).exists():
-        raise BenchError(f"suite file '{args.suite}' not found")
+    suite = ab_suite(args.suite)
+    if not Path(suite).exists():
+        raise BenchError(f"suite file '{suite}' not found")
     pairs = ab.DEFAULT_PAIRS if args.pairs is None else args.pairs
     rules = Rules.load(args.rules) if args.rules else None
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    verdict = ab.gate_against(args.against, args.suite, pairs=pairs, out=args.out, rules=rules,
+    verdict = ab.gate_against(args.against, suite, pairs=pairs, out=args.out, rules=rules,
                               warn_only=args.warn_only, log=log)
     return _report(verdict, fmt, args)
 

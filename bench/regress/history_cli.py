@@ -4,10 +4,12 @@
 Bad input is a BenchError (one line, exit 2) raised before anything is written.
 """
 
+import argparse
 import sys
 from pathlib import Path
 
 from bench.errors import BenchError, unknown
+from bench.options import AB_SUITE, ab_suite
 
 FORMATS = ("table", "json")
 
@@ -34,7 +36,7 @@ def add_parser(sub):
                                       "(the gate's same-machine A/B at each step of git bisect run)")
     b.add_argument("good", metavar="GOOD", help="a commit where the case or group was fast")
     b.add_argument("bad", metavar="BAD", help="a later commit (GOOD must be its ancestor) where it is slow")
-    b.add_argument("--suite", required=True, help="suite TOML file run at each step (e.g. suites/smoke.toml)")
+    b.add_argument("--suite", default=None, help=f"suite TOML file run at each step (default {AB_SUITE})")
     b.add_argument("--case", default=None, metavar="CASE_ID[@SIZE]", help="the case that got slower")
     b.add_argument("--group", default=None, metavar="NAME", help="the group that got slower (e.g. all_reduce)")
     b.add_argument("--pairs", type=int, default=None, help="A/B launch pairs per step (default 3)")
@@ -44,7 +46,8 @@ def add_parser(sub):
                    help="keep every launch's run under this results root (then `distbench history --root DIR`)")
     b.set_defaults(func=cmd_bisect)
 
-    s = sub.add_parser("bisect-step", help="internal: one step of `distbench bisect` (git bisect run calls it)")
+    # internal: one step of `distbench bisect` (git bisect run calls it); callable, not in --help
+    s = sub.add_parser("bisect-step", help=argparse.SUPPRESS)
     s.add_argument("spec", metavar="SPEC", help="the step's JSON spec, written by `distbench bisect`")
     s.set_defaults(func=cmd_bisect_step)
 
@@ -84,7 +87,8 @@ def cmd_bisect(args) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.keep and Path(args.keep).exists() and not Path(args.keep).is_dir():
         raise BenchError(f"--keep '{args.keep}' is a file; give a directory (a results root)")
-    found = bs.bisect(args.good, args.bad, args.suite, target, pairs=pairs, min_ratio=min_ratio, log=log, keep=args.keep)
+    found = bs.bisect(args.good, args.bad, ab_suite(args.suite), target, pairs=pairs, min_ratio=min_ratio, log=log,
+                      keep=args.keep)
     sys.stdout.write(found.to_text())
     return 0
 

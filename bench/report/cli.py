@@ -34,7 +34,7 @@ def add_parser(sub):
     p.set_defaults(func=cmd_report)
 
     s = sub.add_parser("show", help="re-print a stored run's tables and summary, or export a table")
-    s.add_argument("run", metavar="RUN_DIR")
+    s.add_argument("run", metavar="RUN_DIR", help="a run directory (results/<suite>/<run_id>)")
     s.add_argument("--format", default="table", help=f"{' | '.join(FORMATS)} (default table)")
     s.add_argument("--table", default=None, help="which table: results (default), samples, model, ... (see the run dir)")
     s.set_defaults(func=cmd_show)
