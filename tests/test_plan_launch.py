@@ -19,12 +19,12 @@ def test_validate_without_runs_measures_the_held_out_suite_first(tmp_path, capsy
     cal = stored(tmp_path, "cal", CAL)
     calls = []
 
-    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout)
+    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout, stderr)
         calls.append(cmd)
         out = tmp_path / "out" / "plan-validate"
         out.mkdir(parents=True)
         d = stored(out, "20261204T000000Z-held", [pl.Observation(**{**observe("1f1b", 4).__dict__, "run_id": "held"})])
-        return 0, f"# results: {d}\n"
+        return 0, f"# results: {d}\n", ""
 
     monkeypatch.setattr(launch_mod, "_run", launch)
     assert main(["plan", str(cal), "--validate", "--out", str(tmp_path / "out")]) == 0
@@ -41,12 +41,12 @@ def test_launches_measures_that_many_validation_launches(tmp_path, capsys, monke
     cal = stored(tmp_path, "cal4", [o for o in CAL if o.chunks != 4])
     calls = []
 
-    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout)
+    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout, stderr)
         calls.append(cmd)
         out = tmp_path / "out" / "plan-validate"
         out.mkdir(parents=True, exist_ok=True)
         d = held_run(out, f"20261204T00000{len(calls)}Z-held", 1.0)
-        return 0, f"# results: {d}\n"
+        return 0, f"# results: {d}\n", ""
 
     monkeypatch.setattr(launch_mod, "_run", launch)
     assert main(["plan", str(cal), "--validate", "--launches", "2", "--out", str(tmp_path / "out")]) == 0
@@ -68,13 +68,13 @@ def test_calibrate_measures_the_calibration_first_and_pools_its_launches(tmp_pat
 
     calls = []
 
-    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout)
+    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout, stderr)
         calls.append(cmd)
         out = tmp_path / "out" / "plan-calibrate"
         out.mkdir(parents=True, exist_ok=True)
         name = f"20261204T00000{len(calls)}Z-cal"
         d = stored(out, name, [pl.Observation(**{**o.__dict__, "run_id": name}) for o in CAL])
-        return 0, f"# results: {d}\n"
+        return 0, f"# results: {d}\n", ""
 
     monkeypatch.setattr(launch_mod, "_run", launch)
     assert main(["plan", "--calibrate", "--model", "mlp-pipe", "--launches", "2", "--out", str(tmp_path / "out"),
@@ -110,7 +110,7 @@ def test_calibrate_and_validate_interleave_their_launches_abba(tmp_path, capsys,
 
     calls = []
 
-    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout)
+    def launch(cmd, **kw):  # bench.regress.launch._run: (exit code, stdout, stderr)
         calls.append(cmd)
         suite = Path(cmd[cmd.index("--suite") + 1]).stem
         out = tmp_path / "out" / suite
@@ -120,7 +120,7 @@ def test_calibrate_and_validate_interleave_their_launches_abba(tmp_path, capsys,
             d = stored(out, name, [pl.Observation(**{**o.__dict__, "run_id": name}) for o in CAL if o.chunks != 4])
         else:
             d = held_run(out, name, 1.0)
-        return 0, f"# results: {d}\n"
+        return 0, f"# results: {d}\n", ""
 
     monkeypatch.setattr(launch_mod, "_run", launch)
     assert main(["plan", "--calibrate", "--model", "mlp-pipe", "--validate", "--launches", "2",

@@ -21,19 +21,19 @@ def interleaved(rounds: int, a="A", b="B") -> list:
     return [arm for i in range(rounds) for arm in ((a, b) if i % 2 == 0 else (b, a))]
 
 
-def _run(cmd: list[str], *, stream: bool, timeout_s: float | None, cwd, env) -> tuple[int, str]:
-    """(exit code, stdout). stream: show the launch's output as it runs (stderr is never captured
-    then), else keep both quiet and return stdout."""
+def _run(cmd: list[str], *, stream: bool, timeout_s: float | None, cwd, env) -> tuple:
+    """(exit code, stdout, stderr). stream: show the launch's output as it runs (stderr is not
+    captured then: ""), else keep both quiet and return them."""
     if not stream:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env)
-        return proc.returncode, proc.stdout + "\0" + proc.stderr
+        return proc.returncode, proc.stdout, proc.stderr
     lines = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=cwd, env=env) as proc:
         for line in proc.stdout:
             sys.stdout.write(line)
             lines.append(line)
         rc = proc.wait(timeout=timeout_s)
-    return rc, "".join(lines)
+    return rc, "".join(lines), ""
 
 
 def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float | None = 900, quiet: bool = True,
@@ -46,10 +46,9 @@ def run_suite(kind: str, suite_path, out, extra_args=(), timeout_s: float | None
     if stream:
         print(f"# launching: {' '.join(cmd[1:])}", flush=True)
     try:
-        rc, text = _run(cmd, stream=stream, timeout_s=timeout_s, cwd=cwd, env=env)
+        rc, stdout, stderr = _run(cmd, stream=stream, timeout_s=timeout_s, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
         raise BenchError(f"`{' '.join(cmd)}` did not finish in {timeout_s:.0f} s") from None
-    stdout, _, stderr = text.partition("\0")
     found = [ln[len(RESULTS_LINE):].strip() for ln in stdout.splitlines() if ln.startswith(RESULTS_LINE)]
     if not quiet and not stream:
         sys.stderr.write(stdout[-4000:])

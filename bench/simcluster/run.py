@@ -28,10 +28,9 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.results.metadata import utc_now
-from bench.results.rundir import RunDir
+from bench.results.rundir import RESULTS_LINE, RunDir
 from bench.simcluster.net import RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces, remove_stale
 
-RESULTS_LINE = re.compile(r"^# results: (.+)$")  # bench.harness.run.close_run prints it on rank 0
 KEPT_LINE = re.compile(r"finished cases are kept in (\S+?);")  # a failed or interrupted run
 WORKER_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank")  # torchrun's agent on a failed worker
 STOP_GRACE_S = 10.0  # after SIGTERM, how long the agents get to stop their workers
@@ -140,8 +139,9 @@ class SimCluster:
 
     def _pump(self, stream, sink, prefix: str):
         for line in stream:
-            m = RESULTS_LINE.match(line.rstrip("\n")) or KEPT_LINE.search(line)
-            if m:
+            if line.startswith(RESULTS_LINE):  # bench.harness.run.close_run prints it on rank 0
+                self.run_dir = line[len(RESULTS_LINE):].strip()
+            elif m := KEPT_LINE.search(line):
                 self.run_dir = m.group(1).strip()
             w = WORKER_EXIT.search(line)
             if w:
