@@ -33,6 +33,7 @@ from bench.distributed.env import init_rank
 from bench.harness.session import Job, finish_meta, open_launch, start_meta
 from bench.results.rundir import RunDir
 from bench.results.store import RunWriter
+from bench.timing.progress import Progress
 
 CASE_TIMEOUT_EXIT = 124  # a rank's exit code when its case exceeded the wall-clock limit
 FLOOR_S = 60.0  # the least a derived limit allows, whatever the budget
@@ -283,24 +284,3 @@ def run_launch(job: Job, info, init_s: float) -> dict:
         finish_meta(writer, key, rows=rows, wrong=wrong)
     wrong = launch.comm.reduce_sum(wrong)
     return {"run_id": launch.run_id, "wrong": wrong, "dir": str(writer.dir) if writer else None}
-
-
-class Progress:
-    """Elapsed time and an ETA on rank 0's stderr as units finish: on a terminal one line rewritten in
-    place; elsewhere (a CI log, a pipe, `| tee`) one plain line per finished case, naming it."""
-
-    def __init__(self, total: int):
-        self.total, self.done, self.t0 = total, 0, time.monotonic()
-        self.tty = sys.stderr.isatty()
-
-    def tick(self, key: str | None = None):
-        self.done += 1
-        el = time.monotonic() - self.t0
-        eta = el / self.done * (self.total - self.done)
-        if not self.tty:
-            case = f" {key} done," if key else ""
-            print(f"[{self.done}/{self.total}]{case} elapsed {el:.0f} s, ETA {eta:.0f} s", file=sys.stderr, flush=True)
-            return
-        end = "\n" if self.done == self.total else ""
-        print(f"\r[{self.done}/{self.total}] elapsed {el:.0f} s, ETA {eta:.0f} s   ", end=end, file=sys.stderr,
-              flush=True)

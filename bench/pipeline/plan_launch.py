@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench.regress.launch import interleaved, run_suite
 from bench.suite import resolve_suite, tomllib
+from bench.timing.progress import Progress
 
 CALIBRATE, VALIDATE = "C", "V"
 
@@ -49,3 +50,15 @@ def measure(one: Launch, model: str | None, out: str | None) -> Path:
     """Run one launch (its output shown as it runs); returns the run directory it wrote."""
     return run_suite("pipeline", one.suite, out or "results", ["--model", model] if model else [], timeout_s=None,
                      stream=True)
+
+
+def measure_all(launches: list[Launch], model: str | None, out: str | None) -> list[Path]:
+    """Every launch in order, each named before it starts, with `[n/N] <launch> done, elapsed, ETA`
+    on stderr after it (bench.timing.progress); the run directories, in the launches' order."""
+    progress = Progress(len(launches), plain=True)
+    runs = []
+    for one in launches:
+        print(f"plan: measuring {one.name}", flush=True)
+        runs.append(measure(one, model, out))
+        progress.tick(f"plan {'calibration' if one.role == CALIBRATE else 'validation'} launch {one.name}")
+    return runs

@@ -28,6 +28,7 @@ from bench.regress.compare import Rules
 from bench.regress.gate import NOT_COMPARABLE, Verdict, gate_ab
 from bench.regress.launch import interleaved
 from bench.results.store import load_run
+from bench.timing.progress import Progress
 
 DEFAULT_PAIRS = 5  # 10 launches of the smoke suite: about 4 minutes on 2 cores
 MIN_PAIRS = 3
@@ -81,12 +82,15 @@ def run_pairs(kind: str, suite, tree: Path, pairs: int, out: Path, log=print,
     rel = suite.relative_to(Path.cwd().resolve()) if suite.is_relative_to(Path.cwd().resolve()) else None
     base_suite = tree / rel if rel is not None and (tree / rel).exists() else suite  # REV's own copy when it has one
     a, b = [], []
-    for i, arm in enumerate(interleaved(pairs, "base", "candidate")):
+    order = interleaved(pairs, "base", "candidate")
+    progress = Progress(len(order), plain=True)
+    for i, arm in enumerate(order):
         log(f"# gate A/B pair {i // 2 + 1}/{pairs}: {arm}")
         if arm == "base":
             a.append(run(kind, base_suite, out / "base", cwd=tree, env=arm_env(tree), ok_codes=(0, 1)))
         else:
             b.append(run(kind, suite, out / "candidate", env=arm_env(None), ok_codes=(0, 1)))
+        progress.tick(f"gate A/B pair {i // 2 + 1}/{pairs} {arm} launch")
     return a, b
 
 

@@ -30,6 +30,7 @@ from bench.results.metadata import utc_now
 from bench.results.schema import SCHEMA_VERSION, conform
 from bench.results.store import load_run, write_json, write_parquet
 from bench.suite import tomllib
+from bench.timing.progress import Progress
 
 BASELINE_FORMAT = 1
 DEFAULT_ROOT = "results/baselines"
@@ -226,9 +227,11 @@ def record(suite_path, repeats: int, root=DEFAULT_ROOT, out="results", rules=Non
         raise BenchError(f"--repeats {repeats} must be >= 1 (>= 3 to estimate the between-launch noise)")
     kind = suite_kind(suite_path)
     runs = []
+    progress = Progress(repeats, plain=True)
     for i in range(repeats):
         log(f"# baseline repeat {i + 1}/{repeats}: distbench {kind} --suite {suite_path}")
         runs.append(run_suite(kind, suite_path, out))
+        progress.tick(f"baseline repeat {i + 1}/{repeats}")
     return write(root, runs, "record", suite_path=str(suite_path), rules=rules)
 
 

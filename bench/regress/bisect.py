@@ -46,6 +46,7 @@ from bench.regress.history import Target, _geomeans, _match
 from bench.regress.launch import interleaved
 from bench.results import index as ix
 from bench.results.store import load_run
+from bench.timing.progress import Progress
 
 DEFAULT_PAIRS = 3
 DEFAULT_MIN_RATIO = 1.10
@@ -131,11 +132,15 @@ def measure(kind: str, suite_rel: Path | None, suite_abs: Path, good_tree: Path,
         return tree / suite_rel if suite_rel is not None and (tree / suite_rel).exists() else suite_abs
 
     a, b = [], []
-    for i, arm in enumerate(interleaved(pairs, "good", "cand")):
-        log(f"# bisect {sha[:12]}: pair {i // 2 + 1}/{pairs}: {'GOOD' if arm == 'good' else 'this commit'}")
+    order = interleaved(pairs, "good", "cand")
+    progress = Progress(len(order), plain=True)
+    for i, arm in enumerate(order):
+        what = f"bisect {sha[:12]}: pair {i // 2 + 1}/{pairs}: {'GOOD' if arm == 'good' else 'this commit'}"
+        log(f"# {what}")
         tree = good_tree if arm == "good" else cand_tree
         d = run(kind, suite_in(tree), out, cwd=tree, env=ab.arm_env(tree), ok_codes=(0, 1))
         (a if arm == "good" else b).append(load_run(d))
+        progress.tick(f"{what} launch")
     rows = pd.concat([r["results"] for r in a + b], ignore_index=True)
     values = _value(rows, target)
     ratios = []
