@@ -1,9 +1,11 @@
-"""`distbench simcluster --nodes N --ranks-per-node R --link RATE [--link-of nodeI=RATE] -- COMMAND`."""
+"""`distbench simcluster --nodes N --ranks-per-node R --link RATE [--link-of nodeI=RATE|nodeA-nodeB=RATE]
+[--cpu-quota-of rankR=PCT|nodeI=PCT] -- COMMAND`."""
 
 import argparse
 
 from bench.errors import BenchError
-from bench.simcluster.net import MAX_NODES, check_can_run, node_rates
+from bench.simcluster import cpu
+from bench.simcluster.net import MAX_NODES, check_can_run, parse_links
 from bench.simcluster.run import inner_argv, simulate
 
 
@@ -15,8 +17,12 @@ def add_parser(sub):
                    help="ranks torchrun starts on each node (default 1)")
     p.add_argument("--link", required=True, help="every node's link rate: kbit, mbit or gbit (powers of 1000), "
                    "e.g. 500mbit; shaped with tc tbf, no added delay")
-    p.add_argument("--link-of", dest="link_of", action="append", default=[], metavar="nodeI=RATE",
-                   help="one node's link rate instead (repeat, or a comma list), e.g. node1=200mbit")
+    p.add_argument("--link-of", dest="link_of", action="append", default=[], metavar="nodeI=RATE|nodeA-nodeB=RATE",
+                   help="one node's link rate instead (node1=200mbit), or a slower rate between two nodes, both "
+                   "directions (node0-node2=200mbit); repeat, or a comma list")
+    p.add_argument("--cpu-quota-of", dest="cpu_quota_of", action="append", default=[], metavar="rankR=PCT|nodeI=PCT",
+                   help="cap one rank's processes (rank3=25%%) or a whole node's (node1=50%%) at PCT %% of one CPU, "
+                   "with a cgroup (needs a writable cgroup cpu controller); repeat, or a comma list")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="after `--`: the command, e.g. distbench collectives -c all_reduce --sizes 1M")
     p.set_defaults(func=cmd_simcluster)
@@ -27,8 +33,11 @@ def cmd_simcluster(args) -> int:
         raise BenchError(f"--nodes {args.nodes}: allowed 1 .. {MAX_NODES}")
     if args.ranks_per_node < 1:
         raise BenchError(f"--ranks-per-node {args.ranks_per_node}: must be >= 1")
-    rates = node_rates(args.nodes, args.link, args.link_of)
+    links = parse_links(args.nodes, args.link, args.link_of)
+    quotas = cpu.parse_quotas(args.cpu_quota_of, args.nodes, args.ranks_per_node)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     inner_argv(command)  # bad input is refused before anything else
     check_can_run()
-    return simulate(rates, args.ranks_per_node, command)
+    controller = cpu.check_controller(cpu.SYS_CGROUP) if quotas else None
+    return simulate(list(links.node_bits_s), args.ranks_per_node, command, pairs=links.pair_bits_s, quotas=quotas,
+                    controller=controller)

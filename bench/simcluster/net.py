@@ -11,8 +11,12 @@ one id per invocation (`dbsc-<pid hex>x<random hex>-...`), so two runs never col
 deletes the namespaces (their links and qdiscs go with them) whatever happened before.
 
 Shaping: tbf on both ends of a node's link (node -> switch on the node's interface, switch ->
-node on the switch port), so a node's rate bounds what it sends and what it receives. There is
-no added delay: netem is not available here, so every link has the latency of a veth (microseconds).
+node on the switch port), so a node's rate bounds what it sends and what it receives. A slower
+pair of nodes (`nodeA-nodeB=RATE`) is shaped at both nodes' egress: their interfaces get htb
+instead of tbf (a parent class at the node's rate; one child per slowed peer, chosen by a u32
+filter on the peer's address, capped at the pair's rate; a default child for all other traffic),
+so A -> B is paced at A and B -> A at B. There is no added delay: netem is not available here, so
+every link has the latency of a veth (microseconds).
 """
 
 import os
@@ -55,24 +59,57 @@ def format_rate(bits_s: int) -> str:
     return f"{bits_s}bit"
 
 
-def node_rates(nodes: int, link: str, link_of: list[str]) -> list[int]:
-    """Each node's link rate in bits/s: `link` for every node, `nodeI=RATE` items for some."""
+@dataclass(frozen=True, kw_only=True)
+class Links:
+    node_bits_s: tuple[int, ...]  # each node's link rate
+    pair_bits_s: dict  # (a, b) with a < b -> the rate between nodes a and b (both directions)
+
+
+def parse_links(nodes: int, link: str, link_of: list[str]) -> Links:
+    """`link` for every node; `nodeI=RATE` items set one node's link, `nodeA-nodeB=RATE` the rate
+    between two nodes (both directions), which must be below both nodes' own rates."""
     rates = [parse_rate(link)] * nodes
+    pairs: dict[tuple[int, int], int] = {}
     names = [f"node{i}" for i in range(nodes)]
     for item in (x.strip() for spec in link_of for x in spec.split(",") if x.strip()):
-        name, sep, rate = item.partition("=")
+        name, sep, rate = (part.strip() for part in item.partition("="))
         if not sep:
-            raise BenchError(f"bad --link-of '{item}': expected nodeI=RATE, e.g. node1=200mbit")
-        if name.strip() not in names:
-            raise unknown("node in --link-of", name.strip(), names)
-        rates[names.index(name.strip())] = parse_rate(rate)
-    return rates
+            raise BenchError(f"bad --link-of '{item}': expected nodeI=RATE or nodeA-nodeB=RATE, "
+                             "e.g. node1=200mbit or node0-node2=200mbit")
+        ends = [e.strip() for e in name.split("-")]
+        for end in ends:
+            if end not in names:
+                raise unknown("node in --link-of", end, names)
+        if len(ends) == 1:
+            rates[names.index(ends[0])] = parse_rate(rate)
+            continue
+        a, b = sorted(names.index(e) for e in ends) if len(ends) == 2 else (0, 0)
+        if len(ends) != 2 or a == b:
+            raise BenchError(f"bad --link-of '{item}': a pair names two different nodes, e.g. node0-node2=200mbit")
+        pairs[(a, b)] = parse_rate(rate)
+    for (a, b), bits in pairs.items():
+        if bits >= min(rates[a], rates[b]):
+            raise BenchError(f"--link-of node{a}-node{b}={format_rate(bits)} is not slower than the nodes' own links "
+                             f"(node{a}={format_rate(rates[a])}, node{b}={format_rate(rates[b])}); a pair's rate "
+                             "must be below both, or it changes nothing")
+    return Links(node_bits_s=tuple(rates), pair_bits_s=pairs)
+
+
+def node_rates(nodes: int, link: str, link_of: list[str]) -> list[int]:
+    """Each node's link rate in bits/s: `link` for every node, `nodeI=RATE` items for some."""
+    return list(parse_links(nodes, link, link_of).node_bits_s)
 
 
 def tbf_burst_bytes(bits_s: int) -> int:
     """tbf's bucket: at least 4 ms of the rate (the kernel's timer granularity is 1-4 ms), and at
     least 64 KiB, so a full GSO segment passes without being split."""
     return max(bits_s // 8 * 4 // 1000, 64 * 1024)
+
+
+def queue_limit_bytes(bits_s: int) -> int:
+    """An htb leaf's bfifo: what tbf's `latency` allows to queue (TBF_LATENCY_MS of the rate, plus
+    the bucket), so a slowed pair queues as long as a tbf link does."""
+    return bits_s // 8 * TBF_LATENCY_MS // 1000 + tbf_burst_bytes(bits_s)
 
 
 def missing_tools() -> list[str]:
@@ -91,11 +128,20 @@ def check_can_run():
                          "util-linux); not found")
 
 
+HTB_QUANTUM_BYTES = 60_000  # DRR quantum of each htb class: >= an MTU; set so htb does not derive one from r2q
+DEFAULT_CLASS = 0x10  # htb's class for traffic to every peer that is not slowed
+
+
+def address_of(index: int) -> str:
+    return f"{SUBNET}.{index + 1}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Node:
     index: int
     rate_bits_s: int
     id: str  # the invocation's id
+    slow_peers: tuple = ()  # ((peer index, rate bits/s), ...): pairs slower than this node's link
 
     @property
     def name(self) -> str:  # also its hostname
@@ -115,11 +161,42 @@ class Node:
 
     @property
     def address(self) -> str:
-        return f"{SUBNET}.{self.index + 1}"
+        return address_of(self.index)
 
     def tbf(self) -> list[str]:
         return ["tbf", "rate", f"{self.rate_bits_s}bit", "burst", str(tbf_burst_bytes(self.rate_bits_s)),
                 "latency", f"{TBF_LATENCY_MS}ms"]
+
+    def egress(self) -> list[list[str]]:
+        """The tc commands (after `tc -n <netns>`) that shape what this node sends: tbf at its rate,
+        or, with slowed peers, htb: class 1:1 at the node's rate (rate = ceil, so the node's total
+        stays within its link), a child per slowed peer capped (ceil) at the pair's rate and picked
+        by a u32 match on the peer's address, a default child 1:10 capped at the node's rate. The
+        children's assured rates split the node's rate in proportion to their caps (they add up to
+        at most the parent's, so no child sends beyond the node's rate without borrowing); each
+        child's queue is a bfifo as deep as tbf's latency allows."""
+        dev = ["dev", self.ifname]
+        if not self.slow_peers:
+            return [["qdisc", "add", *dev, "root", *self.tbf()]]
+        ceils = [(DEFAULT_CLASS, self.rate_bits_s, None)] + [(0x100 + j, bits, j) for j, bits in self.slow_peers]
+        total = sum(c for _, c, _ in ceils)
+        cmds = [["qdisc", "add", *dev, "root", "handle", "1:", "htb", "default", f"{DEFAULT_CLASS:x}"],
+                ["class", "add", *dev, "parent", "1:", "classid", "1:1", *_htb(self.rate_bits_s, self.rate_bits_s)]]
+        for minor, ceil, peer in ceils:
+            cmds.append(["class", "add", *dev, "parent", "1:1", "classid", f"1:{minor:x}",
+                         *_htb(ceil * self.rate_bits_s // total, ceil)])
+            cmds.append(["qdisc", "add", *dev, "parent", f"1:{minor:x}", "handle", f"{minor:x}:", "bfifo",
+                         "limit", str(queue_limit_bytes(ceil))])
+            if peer is not None:
+                cmds.append(["filter", "add", *dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                             "match", "ip", "dst", f"{address_of(peer)}/32", "flowid", f"1:{minor:x}"])
+        return cmds
+
+
+def _htb(rate_bits_s: int, ceil_bits_s: int) -> list[str]:
+    burst = str(tbf_burst_bytes(ceil_bits_s))  # as tbf's bucket: a full GSO segment, >= 4 ms of the cap
+    return ["htb", "rate", f"{rate_bits_s}bit", "ceil", f"{ceil_bits_s}bit", "burst", burst, "cburst", burst,
+            "quantum", str(HTB_QUANTUM_BYTES)]
 
 
 def new_id() -> str:
@@ -151,9 +228,12 @@ def _ip(*args, check=True) -> subprocess.CompletedProcess:
 class Network:
     """The namespaces, links and qdiscs of one invocation. `build()` then `teardown()` (always)."""
 
-    def __init__(self, rates: list[int], id_: str | None = None):
+    def __init__(self, rates: list[int], id_: str | None = None, pairs: dict | None = None):
         self.id = id_ or new_id()
-        self.nodes = [Node(index=i, rate_bits_s=r, id=self.id) for i, r in enumerate(rates)]
+        self.pairs = dict(pairs or {})  # (a, b), a < b -> bits/s between them
+        self.nodes = [Node(index=i, rate_bits_s=r, id=self.id, slow_peers=tuple(sorted(
+            (b if a == i else a, bits) for (a, b), bits in self.pairs.items() if i in (a, b))))
+            for i, r in enumerate(rates)]
         self.switch = f"{PREFIX}{self.id}-sw"
         self.bridge = f"br-{self.id}"
         self.made: list[str] = []  # namespaces created so far (teardown deletes exactly these)
@@ -179,7 +259,8 @@ class Network:
             _ip("ip", "-n", self.switch, "link", "set", n.port, "master", self.bridge, "up")
             _ip("ip", "-n", n.netns, "addr", "add", f"{n.address}/24", "dev", n.ifname)
             _ip("ip", "-n", n.netns, "link", "set", n.ifname, "up")
-            _ip("tc", "-n", n.netns, "qdisc", "add", "dev", n.ifname, "root", *n.tbf())
+            for cmd in n.egress():
+                _ip("tc", "-n", n.netns, *cmd)
             _ip("tc", "-n", self.switch, "qdisc", "add", "dev", n.port, "root", *n.tbf())
 
     def pids(self) -> list[int]:
@@ -209,7 +290,12 @@ class Network:
             "switch_namespace": self.switch,
             "links": [{"node": n.name, "between": [n.ifname, n.port], "rate_bits_s": n.rate_bits_s,
                        "rate": format_rate(n.rate_bits_s), "qdisc": " ".join(n.tbf()),
-                       "shaped": "both directions (tbf on both ends)", "added_delay_s": 0.0} for n in self.nodes],
+                       "egress": ["tc " + " ".join(c) for c in n.egress()],
+                       "shaped": "both directions (the node's egress and the switch port's)",
+                       "added_delay_s": 0.0} for n in self.nodes],
+            "pairs": [{"between": [f"node{a}", f"node{b}"], "rate_bits_s": bits, "rate": format_rate(bits),
+                       "shaped": f"both directions: htb at node{a}'s egress to node{b} and at node{b}'s to node{a}"}
+                      for (a, b), bits in sorted(self.pairs.items())],
         }
 
 

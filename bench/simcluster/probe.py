@@ -6,12 +6,16 @@ ping-pong of `--small-bytes` measures the round trip. Run it under torchrun, e.g
 
 or on one node's loopback: python -m torch.distributed.run --standalone --nproc-per-node 2 -m bench.simcluster.probe
 
-Rank 0 prints one JSON line: `{"probe": ..., "bytes", "reps", "seconds", "rate_bits_s", "rtt_s"}`.
+With more ranks, `--peers 1,2` measures rank 0 -> 1, then rank 0 -> 2 (the others wait), and
+`--both-ways` adds each peer -> rank 0 (e.g. both directions of a slowed pair of nodes).
+Rank 0 prints one JSON line per measurement: `{"probe": ..., "src", "dst", "bytes", "reps",
+"seconds", "rate_bits_s", "rtt_s", "hosts": [src's, dst's]}`.
 The rate counts payload bytes only (TCP/IP and Ethernet headers, ~4.4% of a 1500-byte frame, are
 inside the link's rate), from the first byte sent to the receiver's ack.
 """
 
 import argparse
+import datetime
 import json
 import os
 import socket
@@ -26,37 +30,45 @@ from bench.errors import BenchError
 from bench.units import parse_size
 
 
-def measure(nbytes: int, reps: int, small_bytes: int, pings: int) -> dict:
+def measure(nbytes: int, reps: int, small_bytes: int, pings: int, src: int = 0, dst: int = 1) -> dict:
+    """`src` sends to `dst`; every other rank only joins the barriers. The result on every rank."""
     rank = dist.get_rank()
+    hosts = _hosts()
     buf = torch.zeros(max(nbytes // 4, 1), dtype=torch.float32)
     ack = torch.zeros(1)
     dist.barrier()
-    dist.send(buf, 1) if rank == 0 else dist.recv(buf, 0)  # warm-up: the connection and its buffers
+    if rank == src:
+        dist.send(buf, dst)  # warm-up: the connection and its buffers
+    elif rank == dst:
+        dist.recv(buf, src)
     dist.barrier()
     t0 = time.perf_counter()
-    for _ in range(reps):
-        dist.send(buf, 1) if rank == 0 else dist.recv(buf, 0)
-    dist.recv(ack, 1) if rank == 0 else dist.send(ack, 0)  # the last byte arrived at rank 1
+    if rank in (src, dst):
+        for _ in range(reps):
+            dist.send(buf, dst) if rank == src else dist.recv(buf, src)
+        dist.recv(ack, dst) if rank == src else dist.send(ack, src)  # the last byte arrived at dst
     seconds = time.perf_counter() - t0
     small = torch.zeros(max(small_bytes // 4, 1))
     rtts = []
-    for _ in range(pings):
+    for _ in range(pings if rank in (src, dst) else 0):
         t = time.perf_counter()
-        if rank == 0:
-            dist.send(small, 1)
-            dist.recv(small, 1)
+        if rank == src:
+            dist.send(small, dst)
+            dist.recv(small, dst)
         else:
-            dist.recv(small, 0)
-            dist.send(small, 0)
+            dist.recv(small, src)
+            dist.send(small, src)
         rtts.append(time.perf_counter() - t)
+    dist.barrier()
     sent = buf.numel() * 4 * reps
-    return {"probe": "gloo send/recv", "bytes": sent, "reps": reps, "seconds": seconds,
-            "rate_bits_s": sent * 8 / seconds, "rtt_s": statistics.median(rtts), "small_bytes": small.numel() * 4,
-            "hosts": _hosts(), "ifname": os.environ.get("GLOO_SOCKET_IFNAME", "")}
+    return {"probe": "gloo send/recv", "src": src, "dst": dst, "bytes": sent, "reps": reps, "seconds": seconds,
+            "rate_bits_s": sent * 8 / seconds, "rtt_s": statistics.median(rtts) if rtts else None,
+            "small_bytes": small.numel() * 4, "hosts": [hosts[src], hosts[dst]],
+            "ifname": os.environ.get("GLOO_SOCKET_IFNAME", "")}
 
 
 def _hosts() -> list:
-    out = [None, None]
+    out = [None] * dist.get_world_size()
     dist.all_gather_object(out, socket.gethostname())
     return out
 
@@ -67,22 +79,30 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=4, help="messages timed back to back, default 4")
     p.add_argument("--small-bytes", default="4", help="ping-pong message, default 4 bytes")
     p.add_argument("--pings", type=int, default=200, help="round trips, default 200")
+    p.add_argument("--peers", default="1", help="ranks rank 0 sends to, one after the other (comma list), default 1")
+    p.add_argument("--both-ways", dest="both_ways", action="store_true", help="also measure each peer -> rank 0")
     args = p.parse_args(argv)
     try:
         nbytes, small = parse_size(args.bytes), parse_size(args.small_bytes)
         if args.reps < 1 or args.pings < 1:
             raise BenchError(f"--reps {args.reps} and --pings {args.pings} must be >= 1")
+        peers = [int(x) for x in args.peers.split(",") if x.strip().isdigit()]
+        if not peers or len(peers) != len(args.peers.split(",")):
+            raise BenchError(f"--peers '{args.peers}': a comma list of ranks, e.g. 1,2")
     except BenchError as e:
         print(f"probe: error: {e}", file=sys.stderr)
         return 2
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
     try:
-        if dist.get_world_size() != 2:
-            print(f"probe: error: needs exactly 2 ranks, got {dist.get_world_size()}", file=sys.stderr)
+        world = dist.get_world_size()
+        if world < 2 or not all(0 < r < world for r in peers):
+            print(f"probe: error: --peers {args.peers} must be ranks 1 .. {world - 1} (world {world})", file=sys.stderr)
             return 2
-        res = measure(nbytes, args.reps, small, args.pings)
-        if dist.get_rank() == 0:
-            print(json.dumps(res), flush=True)
+        for peer in peers:
+            for src, dst in ((0, peer), (peer, 0)) if args.both_ways else ((0, peer),):
+                res = measure(nbytes, args.reps, small, args.pings, src, dst)
+                if dist.get_rank() == 0:
+                    print(json.dumps(res), flush=True)
     finally:
         dist.destroy_process_group()
     return 0

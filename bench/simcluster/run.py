@@ -9,10 +9,11 @@ writes the run under the same results root as a local run), the host's cores and
 Whatever ends the command (its end, a failure, Ctrl-C, SIGTERM), `SimCluster.close` stops every
 process in the namespaces (SIGTERM to each node's process group, so the torchrun agents stop their
 workers; then SIGKILL to anything left, found by `ip netns pids`, since torchrun starts workers in
-sessions of their own) and deletes the namespaces.
+sessions of their own), removes the CPU-quota cgroups (bench.simcluster.cpu) and deletes the namespaces.
 """
 
 import ctypes
+import functools
 import os
 import re
 import shlex
@@ -29,7 +30,8 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.results.metadata import utc_now
 from bench.results.rundir import RESULTS_LINE, RunDir
-from bench.simcluster.net import RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces, remove_stale
+from bench.simcluster import cpu
+from bench.simcluster.net import RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces, owner_pid, remove_stale
 
 KEPT_LINE = re.compile(r"finished cases are kept in (\S+?);")  # a failed or interrupted run
 WORKER_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank")  # torchrun's agent on a failed worker
@@ -71,8 +73,12 @@ def inner_argv(command: list[str]) -> list[str]:
 class SimCluster:
     """The network and one torchrun per node. `with SimCluster(...) as c: c.start(argv); c.wait()`."""
 
-    def __init__(self, rates: list[int], ranks_per_node: int, python: str = sys.executable, out=None, err=None):
-        self.net = Network(rates)
+    def __init__(self, rates: list[int], ranks_per_node: int, python: str = sys.executable, out=None, err=None,
+                 pairs: dict | None = None, quotas: list | None = None, controller: cpu.Controller | None = None):
+        self.net = Network(rates, pairs=pairs)
+        self.groups = cpu.make_groups(controller, self.net.id, quotas) if quotas else []
+        self.made_groups: list[cpu.Group] = []  # cgroups created so far (close removes exactly these)
+        self.watcher: cpu.QuotaWatcher | None = None
         self.ranks_per_node = ranks_per_node
         self.python = python
         self.out, self.err = out or sys.stdout, err or sys.stderr
@@ -93,6 +99,13 @@ class SimCluster:
             self.hosts_file.write_text("127.0.0.1 localhost\n::1 localhost\n" + "".join(
                 f"{n.address} {n.name}\n::ffff:{n.address} {n.name}\n" for n in self.net.nodes))
             self.net.build()
+            for g in self.groups:
+                try:
+                    g.create()
+                except OSError as e:
+                    raise BenchError(f"simcluster: cannot make cgroup {g.path} for --cpu-quota-of {g.describe()}: "
+                                     f"{e.strerror}") from None
+                self.made_groups.append(g)
         except BaseException:  # a failed step or a signal halfway: delete what was made
             self.close()
             raise
@@ -126,16 +139,25 @@ class SimCluster:
                 "DISTBENCH_SIMCLUSTER": self.net.id, "PYTHONUNBUFFERED": "1"}
 
     def start(self, argv: list[str]):
+        if self.groups:
+            self.watcher = cpu.QuotaWatcher(self.groups, lambda i: self.net.nodes[i].netns, f"simcluster-{self.net.id}")
         for node in self.net.nodes:
+            group = next((g for g in self.groups if g.quota.rank is None and g.quota.node == node.index), None)
+            procs = str(group.path / "cgroup.procs") if group else None
             p = subprocess.Popen(self.node_argv(node, argv), env=self.env(node), stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                                 preexec_fn=_die_with_parent)
+                                 preexec_fn=functools.partial(_in_child, procs))
             self.procs.append(p)
+            if group and p.pid in group.members():  # joined before exec: all it starts inherits the cgroup
+                group.pids.append(p.pid)
+                group.applied_s = 0.0
             prefix = "" if node.index == 0 else f"{node.name}| "
             for stream, sink in ((p.stdout, self.out), (p.stderr, self.err)):
                 t = threading.Thread(target=self._pump, args=(stream, sink, prefix), daemon=True)
                 t.start()
                 self.threads.append(t)
+        if self.watcher:
+            self.watcher.start()
 
     def _pump(self, stream, sink, prefix: str):
         for line in stream:
@@ -205,8 +227,12 @@ class SimCluster:
         old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} \
             if threading.current_thread() is threading.main_thread() else {}
         try:
+            if self.watcher:
+                self.watcher.stop()
             self.stop_processes()
-            problems = self.net.teardown()
+            problems = [msg for g in reversed(self.made_groups) if (msg := g.remove())]
+            self.made_groups = []
+            problems += self.net.teardown()
             if self.tmp:
                 shutil.rmtree(self.tmp, ignore_errors=True)
             left = leftover_namespaces(self.net.id)
@@ -227,17 +253,30 @@ class SimCluster:
                 "delay": "none: netem is not available, only the rate is shaped",
                 "command_line": " ".join(shlex.quote(a) for a in command),
                 "torchrun": " ".join(shlex.quote(a) for a in self.torchrun[0]) if self.torchrun else "",
-                "recorded_utc": utc_now(), **self.net.facts()}
+                "recorded_utc": utc_now(), **self.net.facts(), "cpu_quotas": [g.facts() for g in self.groups]}
+
+    def quota_warnings(self) -> list[str]:
+        """A quota that never reached its process, and the watcher's failures: said, never silent."""
+        out = [f"--cpu-quota-of {g.describe()} was never applied: no process of {g.quota.target} appeared in "
+               f"node{g.quota.node}'s namespace (or none could join {g.path})" for g in self.groups if not g.pids]
+        return out + (self.watcher.errors if self.watcher else [])
 
 
-def _die_with_parent():
+def _in_child(cgroup_procs: str | None):
     """In each node's process before exec: SIGKILL it when simcluster dies (kill -9), so no agent
     is left; distbench's ranks die with their agent (bench.harness.rank), the namespaces are
-    removed by the next invocation (net.remove_stale)."""
+    removed by the next invocation (net.remove_stale). With a node quota, it joins the node's
+    cgroup here, so everything it starts is born inside (a failure shows as a quota not applied)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):
         pass
+    if cgroup_procs:
+        try:
+            with open(cgroup_procs, "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            pass
 
 
 def _signal_group(pid: int, sig):
@@ -245,6 +284,11 @@ def _signal_group(pid: int, sig):
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _owner_alive(name: str) -> bool:
+    pid = owner_pid(name)
+    return pid is None or os.path.exists(f"/proc/{pid}")  # a name not of this module's form is left alone
 
 
 def mark_run(run_dir: str, facts: dict) -> bool:
@@ -256,7 +300,8 @@ def mark_run(run_dir: str, facts: dict) -> bool:
     return True
 
 
-def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None, err=None) -> int:
+def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None, err=None, pairs: dict | None = None,
+             quotas: list | None = None, controller: cpu.Controller | None = None) -> int:
     """The whole command: build, run, record, tear down (on any exit). Exit code: the nodes'."""
     argv = inner_argv(command)
     err = err or sys.stderr
@@ -265,19 +310,23 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
         raise Stopped(signum)
 
     handlers = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
-    stale = remove_stale()
+    stale = remove_stale() + cpu.remove_stale(_owner_alive)
     if stale:
         err.write(f"distbench: simcluster: removed {len(stale)} namespace(s) left by an invocation that was killed: "
                   f"{', '.join(stale)}\n")
-    cluster = SimCluster(rates, ranks_per_node, out=out, err=err)
+    cluster = SimCluster(rates, ranks_per_node, out=out, err=err, pairs=pairs, quotas=quotas, controller=controller)
     try:
         with cluster:
             err.write(f"distbench: simcluster {cluster.net.id}: {len(rates)} node(s) x {ranks_per_node} rank(s), "
-                      + ", ".join(f"{n.name}={format_rate(n.rate_bits_s)}" for n in cluster.net.nodes)
-                      + " (tbf, no added delay)\n")
+                      + ", ".join([f"{n.name}={format_rate(n.rate_bits_s)}" for n in cluster.net.nodes]
+                                  + [f"node{a}-node{b}={format_rate(r)}" for (a, b), r in sorted(cluster.net.pairs.items())])
+                      + (" (tbf, htb for the pairs" if cluster.net.pairs else " (tbf") + ", no added delay)"
+                      + "".join(f"; cpu quota {g.describe()} (cgroup v{g.version})" for g in cluster.groups) + "\n")
             err.flush()
             cluster.start(argv)
             code = cluster.wait()
+            for w in cluster.quota_warnings():
+                err.write(f"distbench: simcluster: warning: {w}\n")
             if cluster.run_dir:
                 path = cluster.run_dir if os.path.isabs(cluster.run_dir) else os.path.join(os.getcwd(), cluster.run_dir)
                 if mark_run(path, cluster.facts(command)):
