@@ -245,7 +245,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
     progress = Progress(len(todo)) if info.rank == 0 else None
     rows = wrong = 0
 
-    def keep(tables: dict, done_key: str | None):
+    def keep(tables: dict, done_key: str | None, seconds: float | None = None):
         nonlocal rows, wrong
         writer.write_case(tables)
         live.done(tables)
@@ -253,7 +253,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
         rows += len(results)
         wrong += sum(int(r.get("wrong") or 0) for r in results)
         if done_key:
-            writer.run.mark_done(key, done_key)
+            writer.run.mark_done(key, done_key, seconds)
 
     try:
         for n, (i, unit) in enumerate(todo, 1):
@@ -263,6 +263,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
             if live:
                 live.unit(unit, n, len(todo))
             release_between_cases(info.device)
+            started = time.perf_counter()  # the case's wall time, stored for --dry-run's estimates
             dog.arm(k, case_limit_s(kind, cfg, unit))
             with _stops_held(writer is not None):
                 try:
@@ -272,7 +273,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
                 dog.disarm()
                 _fault(i, info.rank, "write")
                 if writer:
-                    keep(tables, k)
+                    keep(tables, k, time.perf_counter() - started)
                     progress.tick(k)
         extra = kind.after_units(cfg, launch) if kind.after_units else None
         if writer and extra:

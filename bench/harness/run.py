@@ -27,6 +27,7 @@ from bench.harness.session import Job, plain
 from bench.errors import BenchError
 from bench.kind import Kind, Plan
 from bench.harness.rank import CASE_TIMEOUT_EXIT, worker_main
+from bench.results import durations, fingerprint
 from bench.results.metadata import git_info, new_run_id, utc_now
 from bench.results.rundir import RESULTS_LINE, RunDir
 from bench.results.store import RunWriter, load_run
@@ -281,20 +282,33 @@ def close_run(kind: Kind, cfg, out_dir, wrong: int) -> int:
 
 
 def dry_run(kind: Kind, cfg, plan: Plan) -> int:
-    """The planned launches, units and sizes, and an estimated duration; writes nothing."""
-    total, unknown = 0.0, 0
+    """The planned launches, units and sizes, and an estimated duration; writes nothing. A case's
+    estimate is the median of its wall times in the stored runs of this kind on this machine class
+    under the results root (bench.results.durations), else the kind's own (its per-size budget)."""
+    machine = fingerprint.of_this_machine([lp.world for lp in plan.launches], cfg.backend)
+    stored = durations.stored_case_seconds(cfg.out, kind.name, machine)
+    total, counts, unknown = 0.0, {"stored": 0, "budget": 0}, []
     for lp in plan.launches:
         with env_changes(lp.env):
             units, notes = kind.units(lp.config, lp.world, plan.meta)
         print(f"# launch: world {lp.world}{' ' + json.dumps(lp.env) if lp.env else ''}: {len(units)} case(s)")
         for u in units:
-            est = kind.estimate_s(lp.config, u)
-            total += est or 0.0
-            unknown += est is None
-            print(f"  {u.key}" + (f"  ~{est:.2f} s" if est else ""))
+            seen = stored.get(u.key)
+            est = durations.estimate_s(seen) if seen else kind.estimate_s(lp.config, u)
+            if est is None:
+                unknown.append(u.key)
+                print(f"  {u.key}  (no estimate)")
+                continue
+            total += est
+            counts["stored" if seen else "budget"] += 1
+            how = f"median of {len(seen)} stored run(s)" if seen else "budget"
+            print(f"  {u.key}  ~{est:.2f} s ({how})")
         for n in notes:
             print(f"# note: {n}")
-    print(f"# estimated duration: {total:.1f} s of timed work (from the per-size budgets"
-          + (f"; {unknown} case(s) without an estimate" if unknown else "")
-          + "), plus start-up (a few seconds per launch); nothing was written")
+    print(f"# estimated duration: {total:.1f} s ({counts['stored']} case(s) from stored runs on this machine "
+          f"({machine.slug()}) under {cfg.out}, {counts['budget']} from the per-size budgets), plus start-up "
+          "(a few seconds per launch); nothing was written")
+    if unknown:
+        print(f"# {len(unknown)} case(s) without an estimate (no stored run of the case on this machine): "
+              + ", ".join(unknown))
     return 0

@@ -124,12 +124,15 @@ class RunDir:
         """Launch `key` finished, with its totals."""
         self.update_launch(str(key), **facts, finished_utc=utc_now())
 
-    def mark_done(self, key: str, unit_key: str):
-        """Launch `key` finished the unit `unit_key` (what --resume skips)."""
+    def mark_done(self, key: str, unit_key: str, seconds: float | None = None):
+        """Launch `key` finished the unit `unit_key` (what --resume skips), in `seconds` of wall
+        time (its `case_s`: what `--dry-run` estimates a later run of the case from)."""
         def change(m):
             launches = dict(m.get("launches", {}))
             entry = dict(launches.get(key, {}))
             entry["done"] = [*entry.get("done", []), unit_key]
+            if seconds is not None:
+                entry["case_s"] = {**entry.get("case_s", {}), unit_key: round(float(seconds), 3)}
             launches[key] = entry
             return {**m, "launches": launches}
 
