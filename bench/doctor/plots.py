@@ -1,0 +1,74 @@
+"""The doctor's report section: per run, two heatmaps of the pair matrix (bandwidth at the large
+size, one-way latency at the small size; row = sender, column = receiver), the pairs a suspect
+accounts for outlined in red, node boundaries drawn, and the verdict as a table."""
+
+import html
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import Rectangle
+
+from bench.doctor.summary import thresholds_of
+from bench.doctor.verdict import pair_matrix, verdict_of
+from bench.report.plots.common import Section, new_figure, save
+
+
+def _grid(pairs, col: str, ranks: list[int], scale: float) -> np.ndarray:
+    m = np.full((len(ranks), len(ranks)), np.nan)
+    pos = {r: i for i, r in enumerate(ranks)}
+    for r in pairs.itertuples():
+        m[pos[r.src], pos[r.dst]] = getattr(r, col) * scale
+    return m
+
+
+def _heatmap(pairs, col, scale, unit, cmap, ranks, marked, nodes, out_dir, name, title):
+    fig, axes = new_figure(6.4, 5.4)
+    ax = axes[0][0]
+    m = _grid(pairs, col, ranks, scale)
+    im = ax.imshow(m, cmap=cmap, interpolation="nearest")
+    fig.colorbar(im, ax=ax, label=unit)
+    pos = {r: i for i, r in enumerate(ranks)}
+    for s, d in marked:
+        if s in pos and d in pos:
+            ax.add_patch(Rectangle((pos[d] - 0.5, pos[s] - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.2))
+    edges = [i for i in range(1, len(ranks)) if nodes[ranks[i]] != nodes[ranks[i - 1]]]
+    for e in edges:  # node boundaries (ranks are in rank order; nodes are contiguous under torchrun)
+        ax.axhline(e - 0.5, color="black", linewidth=0.8)
+        ax.axvline(e - 0.5, color="black", linewidth=0.8)
+    if len(ranks) <= 16:
+        for i in range(len(ranks)):
+            for j in range(len(ranks)):
+                if np.isfinite(m[i, j]):
+                    ax.text(j, i, f"{m[i, j]:.3g}", ha="center", va="center", fontsize=7, color="white")
+    ax.set_xticks(range(len(ranks)), [str(r) for r in ranks])
+    ax.set_yticks(range(len(ranks)), [str(r) for r in ranks])
+    ax.set_xlabel("receiver rank")
+    ax.set_ylabel("sender rank")
+    ax.set_title(title)
+    return save(fig, out_dir, name, title, f"{title}: heatmap, row = sender, column = receiver",
+                caption="red outline: a pair a suspect accounts for; black lines: node boundaries")
+
+
+def section(entries, out_dir) -> Section:
+    sec = Section("doctor", "Doctor: pair matrix and suspects")
+    for e in entries:
+        res = e.run.tables.get("results")
+        pairs = pair_matrix(res)
+        if pairs.empty:
+            sec.missing.append(f"{e.label}: no pair rows")
+            continue
+        suspects = verdict_of(res, thresholds_of(e.run.meta))
+        marked = {p for s in suspects for p in s.explains}
+        ranks = sorted(set(pairs["src"]) | set(pairs["dst"]))
+        nodes = {**dict(zip(pairs["src"], pairs["src_node"])), **dict(zip(pairs["dst"], pairs["dst_node"]))}
+        sec.images.append(_heatmap(pairs, "bw", 1e-6, "MB/s", "viridis", ranks, marked, nodes, out_dir,
+                                   f"doctor-bandwidth-{e.label}", f"{e.label}: bandwidth per pair (MB/s)"))
+        sec.images.append(_heatmap(pairs, "lat", 1e6, "us", "magma_r", ranks, marked, nodes, out_dir,
+                                   f"doctor-latency-{e.label}", f"{e.label}: one-way latency per pair (us)"))
+        rows = "".join(f"<tr><td>{i}</td><td>{html.escape(s.name)}</td><td>{s.factor:.2f}x</td>"
+                       f"<td>{html.escape(s.evidence)}</td></tr>" for i, s in enumerate(suspects, 1))
+        body = rows or "<tr><td colspan='4'>no suspect</td></tr>"
+        sec.tables.append((f"{e.label}: verdict",
+                           f"<table><tr><th>#</th><th>suspect</th><th>factor</th><th>evidence</th></tr>{body}</table>"))
+    plt.close("all")
+    return sec
