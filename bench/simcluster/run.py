@@ -255,11 +255,20 @@ class SimCluster:
                 "torchrun": " ".join(shlex.quote(a) for a in self.torchrun[0]) if self.torchrun else "",
                 "recorded_utc": utc_now(), **self.net.facts(), "cpu_quotas": [g.facts() for g in self.groups]}
 
-    def quota_warnings(self) -> list[str]:
-        """A quota that never reached its process, and the watcher's failures: said, never silent."""
-        out = [f"--cpu-quota-of {g.describe()} was never applied: no process of {g.quota.target} appeared in "
-               f"node{g.quota.node}'s namespace (or none could join {g.path})" for g in self.groups if not g.pids]
-        return out + (self.watcher.errors if self.watcher else [])
+    def quota_lines(self) -> list[str]:
+        """What each quota did (from its cpu.stat), and a warning for one that never reached its
+        process and for the watcher's failures: never silent."""
+        out = []
+        for g in self.groups:
+            st = g.stat()
+            if g.pids:
+                out.append(f"{g.describe()}: pid {', '.join(map(str, g.pids))} in {g.path.name} after "
+                           f"{g.applied_s:g} s; throttled in {st.get('nr_throttled', '?')} of "
+                           f"{st.get('nr_periods', '?')} periods")
+            else:
+                out.append(f"warning: --cpu-quota-of {g.describe()} was never applied: no process of {g.quota.target} "
+                           f"appeared in node{g.quota.node}'s namespace (or none could join {g.path})")
+        return out + [f"warning: {e}" for e in (self.watcher.errors if self.watcher else [])]
 
 
 def _in_child(cgroup_procs: str | None):
@@ -325,8 +334,8 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
             err.flush()
             cluster.start(argv)
             code = cluster.wait()
-            for w in cluster.quota_warnings():
-                err.write(f"distbench: simcluster: warning: {w}\n")
+            for line in cluster.quota_lines():
+                err.write(f"distbench: simcluster: {line}\n")
             if cluster.run_dir:
                 path = cluster.run_dir if os.path.isabs(cluster.run_dir) else os.path.join(os.getcwd(), cluster.run_dir)
                 if mark_run(path, cluster.facts(command)):
