@@ -51,8 +51,8 @@ def paths(tmp_path_factory):
 
 
 COMMANDS = {
-    "report": lambda p, g, t: ["report", str(p), "-o", str(t / "rep")],
-    "report --baseline": lambda p, g, t: ["report", str(g), "--baseline", str(p), "-o", str(t / "rep")],
+    "report": lambda p, g, t: ["report", str(p), "--output-dir", str(t / "rep")],
+    "report --baseline": lambda p, g, t: ["report", str(g), "--baseline", str(p), "--output-dir", str(t / "rep")],
     "show": lambda p, g, t: ["show", str(p)],
     "compare A": lambda p, g, t: ["compare", str(p), str(g)],
     "compare B": lambda p, g, t: ["compare", str(g), str(p)],
@@ -93,7 +93,7 @@ def test_reader_on_a_bad_path(command, kind, paths, capsys):
 def test_runs_and_report_root(kind, paths, capsys):
     """A results root: missing / a file: one line, 2; one holding bad runs: listed, never an internal error."""
     p = paths[kind] if kind in ("missing", "file") else paths[kind].parent.parent
-    rc = main(["runs", "--root", str(p)])
+    rc = main(["runs", "--out", str(p)])
     if kind in ("missing", "file"):
         line = _one_line(capsys)
         assert rc == 2 and str(p) in line and SAYS[kind] in line, line
@@ -124,8 +124,8 @@ def test_gate_with_no_stored_baseline_is_3(paths, capsys):
 
 
 UNWRITABLE = {
-    "report -o FILE": (lambda g, t: ["report", str(g), "-o", str(t / "file.txt")], "is a file"),
-    "report -o under a file": (lambda g, t: ["report", str(g), "-o", str(t / "file.txt" / "r")], "cannot be written"),
+    "report --output-dir FILE": (lambda g, t: ["report", str(g), "--output-dir", str(t / "file.txt")], "is a file"),
+    "report --output-dir under a file": (lambda g, t: ["report", str(g), "--output-dir", str(t / "file.txt" / "r")], "cannot be written"),
     "export -o DIR": (lambda g, t: ["export", str(g), "-o", str(t / "empty")], "is a directory"),
     "export -o under a file": (lambda g, t: ["export", str(g), "-o", str(t / "file.txt" / "x.json")],
                                "is not a directory"),

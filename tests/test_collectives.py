@@ -228,7 +228,7 @@ CASES = [
     (["--dtype", "float33"], "unknown dtype 'float33' (did you mean 'float32'?)"),
     (["--op", "avgg"], "unknown reduce op 'avgg' (did you mean 'avg'?)"),
     (["--mode", "latncy"], "unknown timing mode 'latncy' (did you mean 'latency'?)"),
-    (["--root", "5", "--nproc", "2", "-c", "broadcast"], "root 5 is not a rank at world size 2"),
+    (["--root-rank", "5", "--nproc", "2", "-c", "broadcast"], "root 5 is not a rank at world size 2"),
     (["--dtype", "int32", "--op", "avg", "-c", "all_reduce"], "backend gloo cannot do op 'avg' on int32"),
 ]
 

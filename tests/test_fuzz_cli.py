@@ -42,8 +42,8 @@ def _options(kind: str) -> list[tuple[str, bool]]:
     """(long option, takes a value) for every option of the kind's subcommand but --help."""
     out = []
     for a in _subparser(kind)._actions:
-        if isinstance(a, argparse._HelpAction) or not a.option_strings:
-            continue
+        if isinstance(a, argparse._HelpAction) or not a.option_strings or a.help == argparse.SUPPRESS:
+            continue  # an old spelling (bench.options.deprecated) parses as its new one, fuzzed already
         opt = max(a.option_strings, key=len)
         out.append((opt, a.nargs != 0))
     return out

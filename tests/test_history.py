@@ -100,7 +100,7 @@ def test_runs_filters_kind_suite_fingerprint_commits_dates(tmp_path, capsys, mon
     monkeypatch.chdir(repo)
 
     def listed(*argv):
-        assert main(["runs", "--root", str(root), "--format", "json", *argv]) == 0
+        assert main(["runs", "--out", str(root), "--format", "json", *argv]) == 0
         return json.loads(capsys.readouterr().out)
 
     assert len(listed()) == 8
@@ -112,7 +112,7 @@ def test_runs_filters_kind_suite_fingerprint_commits_dates(tmp_path, capsys, mon
     assert [r["run_id"][:16] for r in listed("--since", "2026-01-01T00:30:00Z", "--until", "2026-01-01T00:50:00Z")] \
         == ["20260101T003000Z", "20260101T004000Z"]
     assert len(listed("--until", "2026-01-01")) == 8  # a date: that whole day
-    assert main(["runs", "--root", str(root), "--fingerprint", "2c"]) == 0
+    assert main(["runs", "--out", str(root), "--fingerprint", "2c"]) == 0
     out = capsys.readouterr().out
     assert "# 4 of 8 run(s)" in out and shas[0][:12] in out and "cpu-amd-epyc-2c" in out
 
@@ -140,7 +140,7 @@ def test_history_orders_by_commit_per_machine_and_flags_the_step(tmp_path, capsy
     # broadcast did not move: no step
     assert hs.history(root, hs.Target(group="broadcast"), suite="smoke").steps == []
     # the CLI: table and plot
-    assert main(["history", "--root", str(root), "--group", "all_reduce", "-o", str(tmp_path / "plot")]) == 0
+    assert main(["history", "--out", str(root), "--group", "all_reduce", "--output-dir", str(tmp_path / "plot")]) == 0
     out = capsys.readouterr().out
     assert "slower x1.5" in out and f"at {shas[5][:12]}" in out and "detection, not proof" in out
     assert (tmp_path / "plot" / "history.png").stat().st_size > 10_000
@@ -213,7 +213,7 @@ def test_history_and_runs_bad_input(tmp_path, monkeypatch, capsys, argv, words):
     gen.generate(root, 4, shas=shas)
     monkeypatch.chdir(repo)
     before = _snapshot(tmp_path)
-    assert main([*argv, "--root", str(root)]) == 2
+    assert main([*argv, "--out", str(root)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("distbench: error:"), err
     for w in words:
@@ -223,7 +223,7 @@ def test_history_and_runs_bad_input(tmp_path, monkeypatch, capsys, argv, words):
 
 def test_history_of_an_empty_root_is_exit_2(tmp_path, capsys):
     (tmp_path / "results").mkdir()
-    assert main(["history", "--root", str(tmp_path / "results"), "--group", "all_reduce"]) == 2
+    assert main(["history", "--out", str(tmp_path / "results"), "--group", "all_reduce"]) == 2
     assert "empty history" in capsys.readouterr().err
 
 
@@ -444,17 +444,17 @@ def test_bisect_real_launches_finds_the_committed_slowdown(tmp_path, monkeypatch
     before = repo_state(repo)
     kept = tmp_path / "kept"
     assert main(["bisect", "HEAD~6", "HEAD", "--suite", "suites/tiny.toml", "--group", "all_reduce", "--pairs", "1",
-                 "--keep", str(kept)]) == 0
+                 "--out", str(kept)]) == 0
     out = capsys.readouterr().out
     with capsys.disabled():  # the closing note quotes it (pytest -s)
         print(f"\n$ distbench bisect HEAD~6 HEAD --group all_reduce --pairs 1   (slowdown at {shas[1][:12]})\n{out}")
     assert f"first slower commit {shas[1]}" in out, out
     assert repo_state(repo) == before
     # every launch was kept: history over them (GOOD, BAD and each tested commit) flags the step there
-    assert main(["history", "--root", str(kept), "--group", "all_reduce"]) == 0
+    assert main(["history", "--out", str(kept), "--group", "all_reduce"]) == 0
     out = capsys.readouterr().out
     with capsys.disabled():
-        print(f"$ distbench history --root KEPT --group all_reduce\n{out}")
+        print(f"$ distbench history --out KEPT --group all_reduce\n{out}")
     assert f"at {shas[1][:12]}" in out and "slower x" in out, out
 
 

@@ -300,7 +300,7 @@ def test_several_files_make_one_run_and_bad_out_is_one_line(tmp_path, capsys):
 def test_gate_on_imported_runs(tmp_path, capsys):
     """Imported logs are runs like any other: two make a baseline, a third is gated against it."""
     runs = [_import(capsys, "nccl-tests", TEXT, out=tmp_path / "r") for _ in range(3)]
-    assert main(["baseline", "update", "--from", str(runs[0]), str(runs[1]), "--root", str(tmp_path / "b")]) == 0
+    assert main(["baseline", "update", "--from", str(runs[0]), str(runs[1]), "--baseline-root", str(tmp_path / "b")]) == 0
     capsys.readouterr()
     assert main(["gate", "--current", str(runs[2]), "--baseline", str(tmp_path / "b"), "--no-confirm"]) == 0
     out = capsys.readouterr().out

@@ -67,7 +67,7 @@ def test_its_column_is_in_the_schema_only_while_it_is_registered(toy):
 
 def test_report_has_the_kinds_own_section(runs):
     root, _, dirs = runs
-    assert main(["report", str(dirs[0]), "-o", str(root / "report")]) == 0
+    assert main(["report", str(dirs[0]), "--output-dir", str(root / "report")]) == 0
     html = (root / "report" / "index.html").read_text()
     assert "Toy adds" in html and "1 toy run(s)" in html
 
@@ -91,7 +91,7 @@ def test_compare_and_gate(runs, capsys):
 def test_history_reads_the_kinds_own_metric(runs, toy, capsys):
     root, _, _ = runs
     capsys.readouterr()
-    assert main(["history", "--root", str(root / "results"), "--kind", toy.NAME, "--case", "toy.add",
+    assert main(["history", "--out", str(root / "results"), "--kind", toy.NAME, "--case", "toy.add",
                  "--metric", "toy_adds_per_s", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["metric"] == "toy_adds_per_s" and len(doc["points"]) == 3  # one point per run

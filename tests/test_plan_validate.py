@@ -38,7 +38,7 @@ def test_validation_is_stored_in_a_run_of_its_own_and_drawn_beside_the_run(tmp_p
     rec = got[got["role"] == "recommended"]
     assert rec["rank"].tolist() == list(range(1, len(rec) + 1)) and rec["why"].iloc[0].startswith("why pp2")
     assert set(got["calibration_runs"]) == {"cal"}
-    assert main(["report", str(held), str(mine), "-o", str(tmp_path / "rep")]) == 0
+    assert main(["report", str(held), str(mine), "--output-dir", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "pipeline_plan_predicted_vs_measured.png").exists()
     html = (tmp_path / "rep" / "index.html").read_text()
     assert "planner recommendation (model predictions, best first)" in html

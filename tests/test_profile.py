@@ -49,7 +49,7 @@ def test_trace_file_name_is_safe(tmp_path):
 def test_profile_collectives_writes_labelled_traces_per_rank(tmp_path):
     out = tmp_path / "res"
     p = run_cli("collectives", "-c", "all_reduce", "--sizes", "4K,64K", "--nproc", "2", "--budget-s", "0.005",
-                "--warmup", "1", "--iters", "3", "--profile", "64K", "--no-telemetry", "--out", str(out))
+                "--warmup", "1", "--iters", "3", "--profile-size", "64K", "--no-telemetry", "--out", str(out))
     assert p.returncode == 0, p.stderr[-2000:]
     run = next((out / "collectives").iterdir())
     traces = sorted((run / "traces").glob("*.json"))
@@ -70,7 +70,7 @@ def test_profile_collectives_writes_labelled_traces_per_rank(tmp_path):
 
 def test_profile_bad_size_is_a_usage_error(tmp_path):
     out = tmp_path / "res"
-    p = run_cli("collectives", "--profile", "lots", "--out", str(out))
+    p = run_cli("collectives", "--profile-size", "lots", "--out", str(out))
     assert_usage_error(p.returncode, p.stderr, "lots", out)
     p = run_cli("pipeline", "--profile", "2", "--out", str(out))
     assert_usage_error(p.returncode, p.stderr, "profile 2 must be 0 or 1", out)

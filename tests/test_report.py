@@ -204,9 +204,9 @@ def test_show_table_prints_case_ids(stored):
 @pytest.mark.parametrize("args, words", [
     (["show", "/no/such/run"], ["/no/such/run", "does not exist"]),
     (["show", "{run}", "--table", "modle"], ["modle", "allowed:", "results"]),
-    (["show", "{run}", "--format", "yaml"], ["yaml", "csv, json, markdown, table"]),
+    (["show", "{run}", "--format", "yaml"], ["yaml", "invalid choice"]),
     (["report", "/no/such/run"], ["/no/such/run", "does not exist"]),
-    (["runs", "--kind", "colectives", "--root", "{root}"], ["colectives", "did you mean 'collectives'"]),
+    (["runs", "--kind", "colectives", "--out", "{root}"], ["colectives", "did you mean 'collectives'"]),
 ])
 def test_bad_input_is_one_line(stored, capsys, args, words):
     args = [a.format(run=stored["collectives"], root=stored["root"]) for a in args]
@@ -219,7 +219,7 @@ def test_bad_input_is_one_line(stored, capsys, args, words):
 
 def test_runs_lists_kind_state_cases_rows(stored, tmp_path, capsys):
     fx.interrupted_run(stored["root"])
-    assert main(["runs", "--root", str(stored["root"])]) == 0
+    assert main(["runs", "--out", str(stored["root"])]) == 0
     out = capsys.readouterr().out
     for kind in ("collectives", "allreduce", "pipeline", "strategies"):
         assert kind in out
@@ -228,7 +228,7 @@ def test_runs_lists_kind_state_cases_rows(stored, tmp_path, capsys):
     s = runs_mod.summarize(stored["allreduce"])
     assert (s["kind"], s["state"], s["rows"], s["cases_planned"]) == ("allreduce", "complete", 20, 4)
     assert runs_mod.summarize(stored["strategies"])["kind"] == "strategies"  # from the rows' 'strategy'
-    assert main(["runs", "--root", str(stored["root"]), "--kind", "pipeline"]) == 0
+    assert main(["runs", "--out", str(stored["root"]), "--kind", "pipeline"]) == 0
     out = capsys.readouterr().out
     assert "pipeline" in out and "allreduce" not in out
 
@@ -238,7 +238,7 @@ def test_report_defaults_to_latest_run_of_each_kind(stored, tmp_path, capsys):
     kinds = [runs_mod.summarize(p)["kind"] for p in latest]
     assert kinds[:4] == ["collectives", "allreduce", "pipeline", "strategies"]
     out = tmp_path / "rep"
-    assert main(["report", "--root", str(stored["root"]), "-o", str(out)]) == 0
+    assert main(["report", "--out", str(stored["root"]), "--output-dir", str(out)]) == 0
     assert f"report: {out / 'index.html'}" in capsys.readouterr().out
 
 

@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from bench.errors import BenchError, unknown
-from bench.options import AB_SUITE, ab_suite
+from bench.errors import BenchError
+from bench.options import AB_SUITE, ab_suite, deprecated
 from bench.regress import ab
 from bench.regress import baseline as bl
 from bench.regress import gate as gt
@@ -30,7 +30,7 @@ def add_parser(sub):
     p = sub.add_parser("compare", help="compare two runs (or a baseline and a run) case by case")
     p.add_argument("a", metavar="A", help="baseline side: a run directory or a baseline directory")
     p.add_argument("b", metavar="B", help="current side: a run directory (or a baseline directory)")
-    p.add_argument("--format", default="table", help="table | markdown | json")
+    p.add_argument("--format", default="table", choices=FORMATS, help="output format: table | markdown | json")
     p.add_argument("--rules", default=None, help="gate rules TOML (tolerances per suite and case)")
     p.set_defaults(func=cmd_compare)
 
@@ -38,15 +38,21 @@ def add_parser(sub):
     bsub = p.add_subparsers(dest="baseline_command", required=True, parser_class=type(p))
     r = bsub.add_parser("record", help="run a suite N times in fresh launches and store it as the baseline")
     r.add_argument("--suite", required=True, help="suite TOML file, e.g. suites/smoke.toml")
-    r.add_argument("--repeats", type=int, default=None, help="fresh launches (default 8; >= 3 to estimate noise)")
-    r.add_argument("--root", default=None, help="baselines root (default results/baselines)")
-    r.add_argument("--out", default="results", help="where the repeat runs are written (default results/)")
+    r.add_argument("--repeats", type=int, default=None,
+                   help="times the suite is repeated, each in a fresh launch (default 8; >= 3 to estimate noise)")
+    r.add_argument("--baseline-root", dest="baseline_root", default=None, metavar="DIR",
+                   help="baselines root (default results/baselines)")
+    r.add_argument("--out", default="results", metavar="DIR",
+                   help="results root the repeat runs are written to (default results/)")
+    deprecated(r, "--root", "--baseline-root")
     r.set_defaults(func=cmd_baseline_record)
     u = bsub.add_parser("update", help="make existing runs (one repeat each) the new baseline generation")
     u.add_argument("--from", dest="runs", nargs="+", required=True, metavar="RUN", help="run directories")
-    u.add_argument("--root", default=None, help="baselines root (default results/baselines)")
-    u.add_argument("--baseline", default=None, help="the baseline directory (default <root>/<fingerprint>)")
+    u.add_argument("--baseline-root", dest="baseline_root", default=None, metavar="DIR",
+                   help="baselines root (default results/baselines)")
+    u.add_argument("--baseline", default=None, help="the baseline directory (default <baseline-root>/<fingerprint>)")
     u.add_argument("--suite", default=None, help="suite file the runs came from (kept in meta.json)")
+    deprecated(u, "--root", "--baseline-root")
     u.set_defaults(func=cmd_baseline_update)
 
     g = sub.add_parser("gate", help="regression gate: exit 0 pass, 1 confirmed regression, 3 no comparable baseline")
@@ -58,22 +64,18 @@ def add_parser(sub):
     g.add_argument("--warn-only", action="store_true", help="report regressions but exit 0")
     g.add_argument("--no-confirm", action="store_true", help="no confirmation re-run (flagged regressions stand)")
     g.add_argument("--rules", default=None, help="gate rules TOML (default <suite>.gate.toml beside the suite)")
-    g.add_argument("--format", default="table", help="table | markdown | json (printed)")
+    g.add_argument("--format", default="table", choices=FORMATS,
+                   help="output format: table | markdown | json (printed)")
     g.add_argument("--markdown", default=None, metavar="FILE",
                    help="also write the markdown summary here ($GITHUB_STEP_SUMMARY is appended to when set)")
-    g.add_argument("--out", default="results", help="where --suite and confirmation runs are written")
+    g.add_argument("--out", default="results", metavar="DIR",
+                   help="results root --suite and confirmation runs are written to (default results/)")
     g.add_argument("--against", default=None, metavar="REV",
                    help="same-machine A/B instead of a stored baseline: run --suite (default "
                         f"{AB_SUITE}) for git revision REV (a temporary worktree, this python) and for the working "
                         "tree, interleaved, and judge the pairs")
     g.add_argument("--pairs", type=int, default=None, help="A/B launch pairs (default 5; with --against)")
     g.set_defaults(func=cmd_gate)
-
-
-def _format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise unknown("format", fmt, FORMATS)
-    return fmt
 
 
 def _readable(run, path) -> None:
@@ -98,7 +100,7 @@ def _rows(path):
 
 
 def cmd_compare(args) -> int:
-    fmt = _format(args.format)
+    fmt = args.format
     a_rows, a_meta, a_label = _rows(_dir(args.a, "A"))
     b_rows, b_meta, b_label = _rows(_dir(args.b, "B"))
     kind = normalize_kind(a_meta.get("kind") or a_rows["kind"].dropna().iloc[0])
@@ -127,7 +129,7 @@ def cmd_baseline_record(args) -> int:
         raise BenchError(f"suite file '{args.suite}' not found")
     side = Path(args.suite).with_name(Path(args.suite).stem + ".gate.toml")
     rules = Rules.load(side) if side.exists() else Rules()
-    dest = bl.record(args.suite, repeats, root=args.root or bl.DEFAULT_ROOT, out=args.out, rules=rules)
+    dest = bl.record(args.suite, repeats, root=args.baseline_root or bl.DEFAULT_ROOT, out=args.out, rules=rules)
     if repeats < 3:
         print(f"distbench: note: {repeats} repeat(s) cannot estimate between-launch noise; every case will be unstable",
               file=sys.stderr)
@@ -140,14 +142,14 @@ def cmd_baseline_update(args) -> int:
         _dir(r, "run")
         if bl.is_baseline(r):
             raise BenchError(f"'{r}' is a baseline, not a run")
-    dest = bl.write(args.root or bl.DEFAULT_ROOT, args.runs, "update", suite_path=args.suite,
+    dest = bl.write(args.baseline_root or bl.DEFAULT_ROOT, args.runs, "update", suite_path=args.suite,
                     dest=Path(args.baseline) if args.baseline else None)
     print(f"# baseline: {dest} (generation {json.loads((dest / 'meta.json').read_text())['generation']})")
     return 0
 
 
 def cmd_gate(args) -> int:
-    fmt = _format(args.format)
+    fmt = args.format
     if args.against is not None or args.pairs is not None:
         return _cmd_gate_ab(args, fmt)
     if bool(args.current) == bool(args.suite):

@@ -229,7 +229,7 @@ def history(root, target: Target, *, suite=None, kind=None, fingerprint=None, me
                                  f"on '{fingerprint}'" if fingerprint else "") if x)
     if runs.empty:
         raise BenchError(f"empty history: no stored run with results {where + ' ' if where else ''}under '{root}'; "
-                         "run the suite first, or check --root / --suite (see `distbench runs`)")
+                         "run the suite first, or check --out / --suite (see `distbench runs`)")
     hit, kind = _match(_rows(runs), target)
     read = reading(kind)
     metrics = {m.column: m for m in read.metrics}

@@ -8,8 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.errors import BenchError, unknown
-from bench.options import AB_SUITE, ab_suite
+from bench.errors import BenchError
+from bench.options import AB_SUITE, ab_suite, deprecated
 
 FORMATS = ("table", "json")
 
@@ -21,15 +21,18 @@ def add_parser(sub):
                    "all_reduce.float32.sum.root-1.latency.w2), optionally at one size (@4M)")
     h.add_argument("--group", default=None, metavar="NAME",
                    help="a group of the kind: a collective, an algorithm, a strategy or a schedule")
-    h.add_argument("--root", default="results", help="results root (default results/)")
+    h.add_argument("--out", default="results", metavar="DIR", help="results root to read (default results/)")
     h.add_argument("--suite", default=None, help="only runs of this suite")
     h.add_argument("--kind", default=None, help="only runs of this kind")
     h.add_argument("--fingerprint", default=None, help="only this machine class (its slug, or a part of it)")
     h.add_argument("--metric", default=None, help="default: the kind's first gated metric (e.g. time_median_s)")
     h.add_argument("--threshold", type=float, default=None,
                    help="flag steps between fitted levels larger than this fraction (default 0.10, the gate's tolerance)")
-    h.add_argument("--format", default="table", help="table | json")
-    h.add_argument("-o", "--out", default=None, metavar="DIR", help="also write the plot (history.png) here")
+    h.add_argument("--format", default="table", choices=FORMATS, help="output format: table | json")
+    h.add_argument("--output-dir", dest="output_dir", default=None, metavar="DIR",
+                   help="also write the plot (history.png) to this directory")
+    deprecated(h, "--root", "--out")
+    deprecated(h, "-o", "--output-dir")
     h.set_defaults(func=cmd_history)
 
     b = sub.add_parser("bisect", help="find the first commit between GOOD and BAD where a case or group got slower "
@@ -42,8 +45,10 @@ def add_parser(sub):
     b.add_argument("--pairs", type=int, default=None, help="A/B launch pairs per step (default 3)")
     b.add_argument("--min-ratio", type=float, default=None,
                    help="BAD must measure at least this much slower than GOOD to bisect (default 1.10)")
-    b.add_argument("--keep", default=None, metavar="DIR",
-                   help="keep every launch's run under this results root (then `distbench history --root DIR`)")
+    b.add_argument("--out", default=None, metavar="DIR",
+                   help="results root that keeps every launch's run (then `distbench history --out DIR`; "
+                        "default: a temporary one, removed)")
+    deprecated(b, "--keep", "--out")
     b.set_defaults(func=cmd_bisect)
 
     # internal: one step of `distbench bisect` (git bisect run calls it); callable, not in --help
@@ -52,27 +57,21 @@ def add_parser(sub):
     s.set_defaults(func=cmd_bisect_step)
 
 
-def _format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise unknown("format", fmt, FORMATS)
-    return fmt
-
-
 def cmd_history(args) -> int:
     from bench.regress import history as hs  # lazy: duckdb and asv only when asked
 
-    fmt = _format(args.format)
+    fmt = args.format
     target = hs.Target.parse(args.case, args.group)
     threshold = hs.DEFAULT_THRESHOLD if args.threshold is None else args.threshold
     if not threshold > 0:
         raise BenchError(f"--threshold {args.threshold}: give a fraction > 0 (e.g. 0.1 for 10%)")
-    h = hs.history(args.root, target, suite=args.suite, kind=args.kind, fingerprint=args.fingerprint,
+    h = hs.history(args.out, target, suite=args.suite, kind=args.kind, fingerprint=args.fingerprint,
                    metric=args.metric, threshold=threshold)
     sys.stdout.write(hs.to_text(h) if fmt == "table" else hs.to_json(h))
-    if args.out:
+    if args.output_dir:
         from bench.regress.history_plot import plot_history  # lazy: matplotlib only for a plot
 
-        png = plot_history(h, Path(args.out) / "history.png")
+        png = plot_history(h, Path(args.output_dir) / "history.png")
         print(f"# plot: {png}", file=sys.stderr)
     return 0
 
@@ -85,10 +84,10 @@ def cmd_bisect(args) -> int:
     pairs = bs.DEFAULT_PAIRS if args.pairs is None else args.pairs
     min_ratio = bs.DEFAULT_MIN_RATIO if args.min_ratio is None else args.min_ratio
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    if args.keep and Path(args.keep).exists() and not Path(args.keep).is_dir():
-        raise BenchError(f"--keep '{args.keep}' is a file; give a directory (a results root)")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise BenchError(f"--out '{args.out}' is a file; give a directory (a results root)")
     found = bs.bisect(args.good, args.bad, ab_suite(args.suite), target, pairs=pairs, min_ratio=min_ratio, log=log,
-                      keep=args.keep)
+                      keep=args.out)
     sys.stdout.write(found.to_text())
     return 0
 

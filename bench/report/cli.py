@@ -16,6 +16,7 @@ import pandas as pd
 
 from bench.errors import BenchError, unknown
 from bench.kind import render_run
+from bench.options import deprecated
 from bench.results.store import load_run
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -25,24 +26,30 @@ DEFAULT_ROOT = "results"
 def add_parser(sub):
     p = sub.add_parser("report", help="HTML + PNG report of stored runs (default: the latest run of each kind)")
     p.add_argument("runs", nargs="*", metavar="RUN_DIR",
-                   help="run directories (results/<suite>/<run_id>); none: the latest run of each kind under --root")
+                   help="run directories (results/<suite>/<run_id>); none: the latest run of each kind under --out")
     p.add_argument("--baseline", action="append", default=[], metavar="DIR",
                    help="baseline run directory, overlaid on the curves (repeatable)")
-    p.add_argument("-o", "--out", default=None, help="report directory (default reports/<kinds>-<newest run id>/)")
-    p.add_argument("--root", default=DEFAULT_ROOT, help="where to look for runs when none is given (default results/)")
+    p.add_argument("--output-dir", dest="output_dir", default=None, metavar="DIR",
+                   help="report directory to write (default reports/<kinds>-<newest run id>/)")
+    p.add_argument("--out", default=DEFAULT_ROOT, metavar="DIR",
+                   help="results root to take the latest runs from when none is given (default results/)")
+    deprecated(p, "-o", "--output-dir")
+    deprecated(p, "--root", "--out")
     p.add_argument("--title", default=None, help="page title")
     p.set_defaults(func=cmd_report)
 
     s = sub.add_parser("show", help="re-print a stored run's tables and summary, or export a table")
     s.add_argument("run", metavar="RUN_DIR", help="a run directory (results/<suite>/<run_id>)")
-    s.add_argument("--format", default="table", help=f"{' | '.join(FORMATS)} (default table)")
+    s.add_argument("--format", default="table", type=str.lower, choices=FORMATS,
+                   help=f"output format: {' | '.join(FORMATS)} (default table)")
     s.add_argument("--table", default=None, help="which table: results (default), samples, model, ... (see the run dir)")
     s.set_defaults(func=cmd_show)
 
     r = sub.add_parser("runs", help="list stored runs: kind, start, state, cases done/planned, rows, command")
     r.add_argument("--kind", default=None, help="only this kind: collectives | allreduce | pipeline | strategies")
-    r.add_argument("--root", default=DEFAULT_ROOT, help="results root (default results/)")
+    r.add_argument("--out", default=DEFAULT_ROOT, metavar="DIR", help="results root to list (default results/)")
     add_index_filters(r)
+    deprecated(r, "--root", "--out")
     r.set_defaults(func=cmd_runs)
 
 
@@ -78,17 +85,17 @@ def cmd_report(args) -> int:
     dirs = [runs_mod.resolve_run_dir(d) for d in args.runs]
     base = [runs_mod.resolve_run_dir(d) for d in args.baseline]
     if not dirs:
-        if Path(args.root).exists() and not Path(args.root).is_dir():
-            raise BenchError(f"--root '{args.root}' is a file, not a results directory")
-        dirs = runs_mod.latest_per_kind(args.root)
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise BenchError(f"--out '{args.out}' is a file, not a results directory")
+        dirs = runs_mod.latest_per_kind(args.out)
         if not dirs:
-            raise BenchError(f"no runs under '{args.root}' to report on; run a benchmark first (e.g. make bench) "
-                             "or give RUN_DIR arguments")
-        print(f"# reporting the latest run of each kind under {args.root}: " + ", ".join(map(str, dirs)))
+            raise BenchError(f"no runs under the results root --out '{args.out}' to report on; run a benchmark first "
+                             "(e.g. make bench) or give RUN_DIR arguments (the report directory is --output-dir)")
+        print(f"# reporting the latest run of each kind under {args.out}: " + ", ".join(map(str, dirs)))
     from bench.report.html import build_report  # lazy: matplotlib only when a report is made
 
-    out = Path(args.out) if args.out else _default_out(dirs)
-    writable_dir(out, "report directory -o")
+    out = Path(args.output_dir) if args.output_dir else _default_out(dirs)
+    writable_dir(out, "report directory --output-dir")
     index = build_report(dirs, out, baseline_dirs=base, title=args.title)
     print(f"report: {index}")
     return 0
@@ -147,9 +154,7 @@ def render_table(run, table: str | None) -> str:
 def cmd_show(args) -> int:
     from bench.results import runs as runs_mod  # lazy: report.runs loads pyarrow.parquet; not at CLI start-up
 
-    fmt = str(args.format).lower()
-    if fmt not in FORMATS:
-        raise unknown("format", args.format, FORMATS)
+    fmt = args.format
     path = runs_mod.resolve_run_dir(args.run)
     run = load_run(path)
     if not run.tables:
@@ -178,7 +183,8 @@ def add_index_filters(r):
                    help="only runs of these commits: git rev-list A..B, or one revision")
     r.add_argument("--since", default=None, metavar="DATE", help="only runs started on or after (YYYY-MM-DD or ISO time)")
     r.add_argument("--until", default=None, metavar="DATE", help="only runs started before the end of (YYYY-MM-DD) or before")
-    r.add_argument("--format", default="table", help="table | json | csv")
+    r.add_argument("--format", default="table", type=str.lower, choices=("table", "json", "csv"),
+                   help="output format: table | json | csv")
 
 
 def cmd_runs(args) -> int:
@@ -190,14 +196,12 @@ def cmd_runs(args) -> int:
         kind = runs_mod.normalize_kind(args.kind)
         if kind not in runs_mod.kind_names():
             raise unknown("kind", args.kind, runs_mod.kind_names())
-    if Path(args.root).exists() and not Path(args.root).is_dir():
-        raise BenchError(f"results root '{args.root}' is a file, not a directory; give --root DIR")
-    if not Path(args.root).is_dir():
-        raise BenchError(f"results root '{args.root}' does not exist; give --root DIR (where benchmarks wrote --out)")
-    fmt = str(args.format).lower()
-    if fmt not in ("table", "json", "csv"):
-        raise unknown("format", args.format, ("table", "json", "csv"))
-    idx = ix.build(args.root)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise BenchError(f"results root '{args.out}' is a file, not a directory; give --out DIR")
+    if not Path(args.out).is_dir():
+        raise BenchError(f"results root '{args.out}' does not exist; give --out DIR (where benchmarks wrote their runs)")
+    fmt = args.format
+    idx = ix.build(args.out)
     rows = ix.select(idx.runs, kind=kind, suite=args.suite, fingerprint=args.fingerprint, commits=args.commits,
                      since=args.since, until=args.until)
     if fmt == "json":
@@ -207,7 +211,7 @@ def cmd_runs(args) -> int:
         sys.stdout.write(to_csv(rows))
         return 0
     if rows.empty:
-        print(f"# no runs{' of kind ' + kind if kind else ''} under {args.root} (of {len(idx.runs)} indexed)")
+        print(f"# no runs{' of kind ' + kind if kind else ''} under {args.out} (of {len(idx.runs)} indexed)")
         return 0
     print(f"{'kind':<12} {'start (UTC)':<26} {'state':<12} {'cases':>9} {'rows':>7}  {'commit':<13} fingerprint")
     for r in rows.to_dict("records"):
@@ -219,5 +223,5 @@ def cmd_runs(args) -> int:
               f"{r['rows']:>7}  {sha:<13} {r['fingerprint']}")
         print(f"{'':<12} {r['dir']}")
         print(f"{'':<12} $ {r['command']}" + (f"   [{r['why']}]" if r["why"] else ""))
-    print(f"# {len(rows)} of {len(idx.runs)} run(s) under {args.root}")
+    print(f"# {len(rows)} of {len(idx.runs)} run(s) under {args.out}")
     return 0

@@ -6,15 +6,19 @@ import os
 import sys
 from pathlib import Path
 
-from bench.errors import BenchError, unknown
+from bench.errors import BenchError
 from bench.results.export import to_pytest_benchmark
+
+
+FORMATS = ("pytest-benchmark",)
 
 
 def add_parser(sub):
     e = sub.add_parser("export", help="export a run in another tool's format")
     e.add_argument("run", metavar="RUN", help="run directory")
-    e.add_argument("--format", default="pytest-benchmark", help="pytest-benchmark (saved-run JSON)")
-    e.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
+    e.add_argument("--format", default="pytest-benchmark", choices=FORMATS,
+                   help="output format: pytest-benchmark (saved-run JSON)")
+    e.add_argument("-o", "--output", default=None, metavar="FILE", help="file to write (default: stdout)")
     e.set_defaults(func=cmd_export)
 
 
@@ -45,17 +49,15 @@ def _output_file(path, what: str):
 
 
 def cmd_export(args) -> int:
-    if args.format != "pytest-benchmark":
-        raise unknown("export format", args.format, ("pytest-benchmark",))
     if args.output:
-        _output_file(args.output, "-o")
+        _output_file(args.output, "--output")
     doc = to_pytest_benchmark(_dir(args.run, "RUN"))
     text = json.dumps(doc, indent=4) + "\n"
     if args.output:
         try:
             Path(args.output).write_text(text)
         except OSError as e:
-            raise BenchError(f"-o '{args.output}' cannot be written ({e.strerror or type(e).__name__})") from None
+            raise BenchError(f"--output '{args.output}' cannot be written ({e.strerror or type(e).__name__})") from None
         print(f"# exported {len(doc['benchmarks'])} benchmark(s) to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)

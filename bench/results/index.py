@@ -103,7 +103,7 @@ def build(root) -> Index:
     """The index of every run under root (a missing root: BenchError)."""
     root = Path(root)
     if not root.is_dir():
-        raise BenchError(f"results root '{root}' does not exist; give --root DIR (where benchmarks wrote --out)")
+        raise BenchError(f"results root '{root}' does not exist; give --out DIR (the results root benchmarks wrote to)")
     listing = list_runs(root)
     counts = _counts(listing.runs)
     rows = [_row(d, runs_mod.read_meta(d), counts.get(str(d), (0, 0, []))) for d in listing.runs]

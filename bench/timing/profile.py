@@ -1,4 +1,5 @@
-"""`--profile`: torch.profiler traces beside the timed numbers, and a breakdown read back from them.
+"""`--profile` (training kinds) and `--profile-size` (the sweeps): torch.profiler traces beside the
+timed numbers, and a breakdown read back from them.
 
 The profiled ops run OUTSIDE the timed region (after a size's or case's timed measurement), so
 `--profile` changes no timing. One profiler session per case and rank, with the schedule
@@ -34,15 +35,15 @@ COMM_ANNOTATIONS = ("gloo:", "nccl:", "record_param_comms")
 
 
 def size_profiled(profile: str, size: int) -> bool:
-    """`--profile SIZE` of the collectives / allreduce kinds: is this size the one traced?"""
+    """`--profile-size SIZE` of the collectives / allreduce kinds: is this size the one traced?"""
     return bool(profile) and parse_size(profile) == size
 
 
 def size_note(profile: str, sizes) -> list[str]:
-    """A note when `--profile SIZE` names no measured size (nothing would be traced)."""
+    """A note when `--profile-size SIZE` names no measured size (nothing would be traced)."""
     if not profile or parse_size(profile) in set(sizes):
         return []
-    return [(f"--profile {profile}: no case is measured at {parse_size(profile)} bytes, nothing is traced; "
+    return [(f"--profile-size {profile}: no case is measured at {parse_size(profile)} bytes, nothing is traced; "
              f"sizes: {', '.join(map(str, sorted(set(sizes))))}")]
 
 
