@@ -30,13 +30,22 @@ MICRO_BATCH ?=
 ARGS        ?=
 opt = $(if $(strip $(2)),$(1) $(2))
 
-.PHONY: help bench report bench-collectives bench-allreduce bench-pipeline bench-strategies gpu-smoke test test-slow clean
+.PHONY: help bench report bench-collectives bench-allreduce bench-pipeline bench-strategies gpu-smoke test test-slow perf clean
 
 help:
-	@echo "make bench-collectives [SUITE=suites/x.toml WORLD=2 SIZES=4K,1M ARGS=...]"
-	@echo "make bench-allreduce | bench-pipeline CHUNKS=1,4,8 [TP=2 DP=2 FSDP=2] | bench-strategies | gpu-smoke"
-	@echo "make test"
-	@echo "make gate [SUITE=...] | gate-ab AGAINST=REV [PAIRS=5 SUITE=...]"
+	@echo "make bench                 the quick suite of every kind, then one report of the four runs"
+	@echo "make bench-collectives     [SUITE=suites/x.toml WORLD=2 SIZES=4K,1M ARGS=...]"
+	@echo "make bench-allreduce       [SUITE=... WORLD=... SIZES=... ARGS=...]"
+	@echo "make bench-pipeline        [CHUNKS=1,4,8 SCHEDULE=... STAGES=... CHECKPOINT=... MICRO_BATCH=... TP=2 DP=2 FSDP=2 ARGS=...]"
+	@echo "make bench-strategies      [SUITE=... WORLD=... ARGS=...]"
+	@echo "make report                [ARGS='RUN_DIR... --baseline DIR --output-dir DIR']  HTML + PNG report (default: latest run of each kind)"
+	@echo "make gpu-smoke             [ARGS='--checks ... --out DIR']  the GPU smoke checks (tools/gpu_smoke.py)"
+	@echo "make test                  [ARGS=pytest options]  the test suite without the slow set"
+	@echo "make test-slow             [ARGS=...]  the slow end-to-end tests"
+	@echo "make perf                  [ARGS=...]  distbench's own hot paths under pytest-benchmark"
+	@echo "make gate                  [SUITE=... BASELINES=results/baselines ARGS=...]  judge against the stored baseline"
+	@echo "make gate-ab AGAINST=REV   [PAIRS=5 SUITE=... ARGS=...]  same-machine A/B against a git revision"
+	@echo "make clean                 remove results/*/, reports/*/ and .pytest_cache"
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -52,9 +61,9 @@ bench: $(DEPS)
 	$(MAKE) --no-print-directory bench-allreduce
 	$(MAKE) --no-print-directory bench-pipeline
 	$(MAKE) --no-print-directory bench-strategies
-	$(DISTBENCH) report --root results
+	$(DISTBENCH) report --out results
 
-# HTML + PNG report: the latest run of each kind under results/, or ARGS="RUN_DIR... [--baseline DIR] [-o DIR]".
+# HTML + PNG report: the latest run of each kind under results/, or ARGS="RUN_DIR... [--baseline DIR] [--output-dir DIR]".
 report: $(DEPS)
 	$(DISTBENCH) report $(ARGS)
 
@@ -71,7 +80,7 @@ bench-strategies: $(DEPS)
 	$(DISTBENCH) strategies --suite $(or $(SUITE),suites/strategies.toml) $(call opt,--nproc,$(WORLD)) $(ARGS)
 
 gpu-smoke: $(DEPS)
-	$(PYTHON) tools/gpu_smoke.py
+	$(PYTHON) tools/gpu_smoke.py $(ARGS)
 
 # make test: the suite without the slow end-to-end set (< 10 min on 2 cores); make test-slow: that set
 # (real launches of tens of seconds each: faults, resume, the make targets end to end); CI runs both.

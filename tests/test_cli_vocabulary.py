@@ -5,11 +5,16 @@ build_parser() has, so a new one is checked as soon as it is registered."""
 
 import argparse
 import collections
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from bench.cli import build_parser, main
 from bench.options import VOCABULARY, _Deprecated
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def walk(parser, path=()):
@@ -139,3 +144,14 @@ def test_old_spellings_work_end_to_end(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert err == "distbench: note: --root is deprecated, use --out\n"
     assert f"under {tmp_path / 'results'}" in out
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_targets_use_the_vocabulary():
+    """`make gpu-smoke ARGS=...` passes ARGS on; `make bench` reports on the results root with --out."""
+    def dry(*argv):
+        return subprocess.run(["make", "-n", "--no-print-directory", *argv, "PYTHON_BIN=python"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout
+
+    assert "python tools/gpu_smoke.py --checks plan --out x" in dry("gpu-smoke", "ARGS=--checks plan --out x")
+    assert "python -m bench report --out results" in dry("bench")
