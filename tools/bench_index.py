@@ -108,10 +108,10 @@ def main(argv=None) -> int:
     generate(root, args.runs)
     print(f"# {args.runs} synthetic runs under {root} ({time.perf_counter() - t:.1f} s to write)")
     try:
-        _timed(["runs", "--root", str(root)])
-        _timed(["runs", "--root", str(root), "--fingerprint", "4c", "--since", "2026-01-02"])
-        _timed(["history", "--root", str(root), "--suite", "smoke", "--group", "all_reduce", "-o", str(root.parent / "hist")])
-        _timed(["history", "--root", str(root), "--suite", "smoke", "--case", "broadcast.float32.none.root0.latency.w2@4M"])
+        _timed(["runs", "--out", str(root)])
+        _timed(["runs", "--out", str(root), "--fingerprint", "4c", "--since", "2026-01-02"])
+        _timed(["history", "--out", str(root), "--suite", "smoke", "--group", "all_reduce", "--output-dir", str(root.parent / "hist")])
+        _timed(["history", "--out", str(root), "--suite", "smoke", "--case", "broadcast.float32.none.root0.latency.w2@4M"])
     finally:
         if not args.keep:
             shutil.rmtree(root.parent, ignore_errors=True)

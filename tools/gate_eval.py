@@ -227,7 +227,7 @@ def main(argv=None) -> int:
     base = None
     if "record" in scenarios:
         rc, out, dt = sh([PY, "-m", "bench", "baseline", "record", "--suite", str(suite), "--repeats", str(repeats),
-                          "--root", str(root), "--out", str(work / "results")], log=log)
+                          "--baseline-root", str(root), "--out", str(work / "results")], log=log)
         m = re.search(r"^# baseline: (.+)$", out, re.M)
         rows.append(("record", "stored", 1, "exit 0", f"exit {rc}", rc == 0 and bool(m)))
         if not m:

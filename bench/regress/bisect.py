@@ -210,7 +210,7 @@ def _run_group(cmd, cwd, env, log_path: Path) -> int:
 def bisect(good: str, bad: str, suite, target, *, pairs: int = DEFAULT_PAIRS, min_ratio: float = DEFAULT_MIN_RATIO,
            log=print, run: Callable | None = None, step_cmd: list[str] | None = None, repo=".", keep=None) -> Found:
     """Find the first commit in GOOD..BAD where the target is slower (module docstring). keep: a
-    results root that keeps every launch's run (`distbench history --root KEEP` then shows them);
+    results root that keeps every launch's run (`distbench history --out KEEP` then shows them);
     default: a temporary directory, removed."""
     try:
         top = Path(ix.git("rev-parse", "--show-toplevel", cwd=repo))

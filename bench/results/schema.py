@@ -26,7 +26,7 @@ COMMON = {
     "threads_per_rank": "int64",
     "oversubscribed": "bool",
     "degraded": "string",  # why the number is not what it claims to be; "" when it is
-    "profile_trace": "string",  # --profile: rank 0's torch.profiler Chrome trace, relative to the run dir (rank r: .rank<r>.json); null: not traced
+    "profile_trace": "string",  # --profile / --profile-size: rank 0's torch.profiler Chrome trace, relative to the run dir (rank r: .rank<r>.json); null: not traced
 }
 
 COLLECTIVE = {

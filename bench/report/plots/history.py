@@ -1,4 +1,4 @@
-"""The history plot (`distbench history -o DIR`, the report's history section): one panel per
+"""The history plot (`distbench history --output-dir DIR`, the report's history section): one panel per
 machine fingerprint (machines never share a line), x = runs in commit order, y = each run's median
 with its p25-p75 spread as an error bar; runs in a baseline generation are marked (g<N>), flagged
 steps are dashed vertical lines labelled as detections (bench.regress.history)."""
