@@ -42,7 +42,7 @@ def test_a_schedule_without_split_backward_has_missing_stage_times_not_an_error(
     (["plan", "{cal}", "--chunks", "4,x"], "chunks '4,x' is not a comma list of integers"),
     (["plan", "{cal}", "--schedules", "gpipe,zb"], "unknown schedule 'zb'"),
     (["plan", "{cal}", "--validate", "{cal}"], "--validate runs are all calibration runs or configurations"),
-    (["plan", "{cal}", "--format", "csv"], "format 'csv' is not one of: table, json"),
+    (["plan", "{cal}", "--format", "csv"], "argument --format: invalid choice: 'csv'"),
     (["plan", "{empty}"], "has no pipeline cases"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
@@ -116,9 +116,10 @@ def test_p2p_refusals_are_one_line(tmp_path, capsys, argv, message):
     assert len(err.splitlines()) == 1 and message in err
 
 
-def test_a_sharded_or_tensor_parallel_run_is_refused_not_read_as_a_deeper_pipeline(tmp_path, capsys):
+def test_a_sharded_or_tensor_parallel_run_is_refused_for_calibration_not_read_as_a_deeper_pipeline(tmp_path, capsys):
     """A `distbench pipeline --fsdp 2` run at world 4 is pp 2 x fsdp 2: its world is not its pipeline
-    depth. The planner models pp x dp only, so it says so instead of fitting it as pp4."""
+    depth. The planner calibrates on pipelines and pp x dp and predicts tp and fsdp inside the stages
+    from them (bench.pipeline.plan_compose), so as a calibration run it is refused in one line."""
     cal = stored(tmp_path, "cal", CAL)
     res = pd.read_parquet(cal / "results.parquet")
     res["pp_degree"], res["dp_degree"], res["fsdp_degree"], res["tp_degree"] = res["world"], 1, 1, 1
@@ -127,8 +128,7 @@ def test_a_sharded_or_tensor_parallel_run_is_refused_not_read_as_a_deeper_pipeli
     assert main(["plan", str(cal)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert (f"case {res.loc[0, 'case_id']} of run '{cal}' is a composed layout (pp 2 x dp 1 x fsdp 2 x tp 1); "
-            "the planner models pipeline layouts with data-parallel replicas (pp x dp; fsdp and tp 1) only") in err
+    assert "calibration runs hold composed layouts (pp2 fsdp2): the planner calibrates on pipelines and pp x dp" in err
 
 
 def test_the_pipeline_depth_is_read_from_pp_degree_where_the_run_has_it(tmp_path, capsys):
@@ -142,7 +142,7 @@ def test_the_pipeline_depth_is_read_from_pp_degree_where_the_run_has_it(tmp_path
 
 def test_plan_ranks_pipeline_and_data_parallel_layouts_at_a_world(tmp_path, capsys):
     cal = stored(tmp_path, "cal", CAL + [observe_dp("gpipe", m) for m in (2, 4, 8)] + [observe_dp("1f1b", 4)])
-    assert main(["plan", str(cal), "--world", "4", "--schedules", "gpipe,1f1b", "--chunks", "2,4,8",
+    assert main(["plan", str(cal), "--world", "4", "--dp", "1,2", "--schedules", "gpipe,1f1b", "--chunks", "2,4,8",
                  "--format", "json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert {(p["stages"], p["dp"]) for p in got["recommended"]} == {(2, 2)}
@@ -150,4 +150,5 @@ def test_plan_ranks_pipeline_and_data_parallel_layouts_at_a_world(tmp_path, caps
     assert got["calibration"]["overhead_per_step_s"] == {"pp2": pytest.approx(0.0, abs=1e-9),
                                                           "pp2 dp2": pytest.approx(ALLREDUCE, rel=1e-4)}
     assert main(["plan", str(cal), "--world", "3"]) == 2
-    assert "no candidate at world 3: worlds are stages x dp (--stages 2, --dp 1,2)" in capsys.readouterr().err
+    assert ("no candidate at world 3: worlds are stages x dp x fsdp x tp (--stages 2, --dp 1,2, --fsdp 1, --tp 1)"
+            in capsys.readouterr().err)

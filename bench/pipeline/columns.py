@@ -9,7 +9,11 @@ PLAN_PREDICTIONS = {  # a plan run of its own, by `distbench plan --validate` (d
     "rank": "int64",  # recommended: 1 = best predicted; validation: 0
     "candidate": "string",  # "pp<ranks>[ dp<replicas>] <schedule> m=<chunks> b=<micro-batch>[ ckpt=<mode>]"
     "stages": "int64",
-    "dp": "int64",  # data-parallel replicas of the pipeline (world = stages x dp); micro_batch is one replica's
+    "dp": "int64",  # data-parallel replicas of the pipeline (world = stages x dp x fsdp x tp); micro_batch is one replica's
+    "tp": "int64",  # tensor-parallel degree inside every stage (predicted by composition: bench.pipeline.plan_compose)
+    "fsdp": "int64",  # FSDP2 shards of every stage (predicted by composition)
+    "layout": "string",  # "pp2", "pp2 dp2", "pp2 tp2", "pp2 fsdp2": the candidate's degrees above one
+    "comm_source": "string",  # where its communication terms came from (a collectives run, an nccl-tests import, a simcluster run, the default) or the calibrated layout
     "schedule": "string", "chunks": "int64", "micro_batch": "int64",
     "checkpoint": "string",  # activation checkpointing mode of the candidate (always | except_last | never)
     "predicted_step_s": "float64", "measured_step_s": "float64",  # measured: the case's step_median_s

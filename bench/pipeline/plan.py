@@ -30,7 +30,6 @@ import types
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch.nn as nn
 
 from bench.errors import BenchError
 from bench.timing import alphabeta
@@ -60,6 +59,8 @@ class Observation:
     bubble: float = float("nan")  # measured mean bubble, where the run has it
     checkpoint: str = "never"  # activation checkpointing: always | except_last | never (bench.training.pp)
     dp: int = 1  # data-parallel replicas of the pipeline (pp x dp); micro_batch and stage times are one replica's
+    tp: int = 1  # tensor-parallel degree inside the stages (validation only: predicted by composition)
+    fsdp: int = 1  # FSDP2 shards of every stage (validation only)
     machine: str = ""  # the machine the run measured (plan_runs.machine_of: device, backend, nodes)
 
 
@@ -69,9 +70,10 @@ def placement(schedule: str, ranks: int) -> tuple[int, int, str]:
     return ranks, sch.per_rank, sch.placement
 
 
-def layout_label(ranks: int, dp: int = 1) -> str:
-    """'pp2', 'pp2 dp2': pipeline ranks, then data-parallel replicas where more than one."""
-    return f"pp{ranks}" + (f" dp{dp}" if dp > 1 else "")
+def layout_label(ranks: int, dp: int = 1, tp: int = 1, fsdp: int = 1) -> str:
+    """'pp2', 'pp2 dp2', 'pp2 tp2', 'pp2 fsdp2': pipeline ranks, then each other degree above one
+    (the mesh's order: dp, fsdp, tp)."""
+    return f"pp{ranks}" + "".join(f" {n}{d}" for n, d in (("dp", dp), ("fsdp", fsdp), ("tp", tp)) if d > 1)
 
 
 def placement_label(where: tuple) -> str:
@@ -238,19 +240,30 @@ class Candidate:
     chunks: int
     micro_batch: int  # samples per micro-batch of one data-parallel replica
     checkpoint: str = "never"
-    dp: int = 1  # data-parallel replicas of the pipeline: world = stages x dp
+    dp: int = 1  # data-parallel replicas of the pipeline (DDP semantics)
+    tp: int = 1  # tensor-parallel degree inside every stage
+    fsdp: int = 1  # FSDP2 shards of every stage: world = stages x dp x fsdp x tp
 
     @property
     def batch(self) -> int:
-        return self.dp * self.chunks * self.micro_batch
+        return self.dp * self.fsdp * self.chunks * self.micro_batch
 
     @property
     def world(self) -> int:
-        return self.stages * self.dp
+        return self.stages * self.dp * self.fsdp * self.tp
+
+    @property
+    def composed(self) -> bool:
+        """tp or fsdp inside the stages: predicted by composition (bench.pipeline.plan_compose)."""
+        return self.tp > 1 or self.fsdp > 1
+
+    @property
+    def layout(self) -> str:
+        return layout_label(self.stages, self.dp, self.tp, self.fsdp)
 
     @property
     def label(self) -> str:
-        return (f"{layout_label(self.stages, self.dp)} {self.schedule} m={self.chunks} b={self.micro_batch}"
+        return (f"{self.layout} {self.schedule} m={self.chunks} b={self.micro_batch}"
                 + (f" ckpt={self.checkpoint}" if self.checkpoint != "never" else ""))
 
 
@@ -264,9 +277,11 @@ class Prediction:
     extrapolated: str  # why, or ""
     calibrated_on: str = ""  # the machine of the calibration runs
     predicted_for: str = ""  # the machine predicted for: the calibration's, unless the user mapped another
+    comm_source: str = ""  # where its communication terms came from (plan_comm), or the calibrated layout
+    comm_s: dict = field(default_factory=dict)  # term -> seconds per step on the busiest rank (composed layouts)
 
 
-def _scaled_costs(cal: Calibration, n_stages: int, checkpoint: str = "never") -> dict:
+def scaled_costs(cal: Calibration, n_stages: int, checkpoint: str = "never") -> dict:
     """Costs at a model depth that was not calibrated in this checkpoint mode: the nearest
     calibrated depth's whole-model time per kind, split evenly over `n_stages` (an even balance
     is assumed). A mode never calibrated is refused: its recompute and memory are not known."""
@@ -292,7 +307,7 @@ def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = Non
     (`mapped_by` says how: --target-machine, --target-p2p); marked extrapolated."""
     order = order_of(cand.schedule, cand.stages, cand.chunks)
     n = model_stages(cand.schedule, cand.stages)
-    costs = _scaled_costs(cal, n, cand.checkpoint)
+    costs = scaled_costs(cal, n, cand.checkpoint)
     o, o_why = cal.overhead_for(cand.stages, cand.schedule)
     once, once_why = cal.step_overhead_for(cand.stages)
     wire = link or cal.link
@@ -314,6 +329,8 @@ def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = Non
               "gradient all-reduce and the sharing of the host, is not in it)" if cand.dp != cal.dp else "")
     return Prediction(candidate=cand, step_s=step, samples_per_s=cand.batch / step,
                       bubble=compute.mean_bubble, peak_bytes=peak, calibrated_on=cal.machine, predicted_for=target,
+                      comm_source=f"measured in the {layout_label(cand.stages, cal.dp)} calibration" + (
+                          f" (p2p {wire.source})" if wire else ""),
                       extrapolated="; ".join(filter(None, [moved, layout,
                                                            cal.extrapolation(n, cand.micro_batch, cand.checkpoint),
                                                            o_why, once_why, _link_note(cal.link, link)])))
@@ -350,6 +367,8 @@ def torch_order(schedule: str, stages: int, chunks: int) -> dict:
         raise BenchError(f"schedule {sch.name} {why}")
     if sch.per_rank == 1:
         return (gpipe_order if sch.name == "gpipe" else one_f_one_b_order)(stages, chunks)
+    import torch.nn as nn  # lazy: torch, for multi-stage schedules only (`distbench --help` imports this module)
+
     cls, n = scheds.torch_class(sch.name), stages * sch.per_rank
     order = {}
     for r in range(stages):

@@ -17,15 +17,17 @@ from bench.errors import BenchError
 from bench.pipeline import plan as pl
 from bench.pipeline import plan_launch
 from bench.pipeline.plan_fit import fit_layouts, one_machine
-from bench.pipeline.plan_runs import check_p2p_machine, link, observations, target_machine
-from bench.pipeline.plan_search import as_dict, calibration_runs, mib, search, why
+from bench.pipeline import plan_comm
+from bench.pipeline.plan_comm import comm_of
+from bench.pipeline.plan_runs import check_p2p_machine, link, machine_of_dir, observations, target_machine
+from bench.pipeline.plan_search import Where, as_dict, calibration_runs, mib, search, why
 from bench.pipeline.plan_store import store
-from bench.pipeline.plan_validate import errors, per_launch, sweeps, validate
+from bench.pipeline.plan_validate import errors, per_launch, per_layout, sweeps, validate
 from bench.suite import resolve_suite
 from bench.training import schedules as scheds
-from bench.training.pp import CHECKPOINTS
+from bench.training.schedules import CHECKPOINTS
 from bench.units import parse_size
-from bench.workloads.models import get_spec
+from bench.workloads.specs import get_spec
 
 
 def add_parser(sub):
@@ -44,8 +46,22 @@ def add_parser(sub):
                    help="data-parallel replicas of the pipeline to consider, comma list (world = stages x dp; "
                         "default: the calibrated ones; calibrate one with distbench pipeline --dp N)")
     p.add_argument("--world", default=None,
-                   help="only candidates at these worlds (stages x dp), comma list: what a fixed number of "
-                        "devices can run")
+                   help="only candidates at these world sizes (ranks = stages x dp), comma list: what a fixed "
+                        "number of devices can run")
+    p.add_argument("--tp", default="1",
+                   help="tensor-parallel degrees inside the stages to consider, comma list (default 1; predicted by "
+                        "composition with --comm's collectives)")
+    p.add_argument("--fsdp", default="1",
+                   help="FSDP2 shards of every stage to consider, comma list (default 1; predicted by composition)")
+    p.add_argument("--comm", default=None, metavar="RUN_DIR",
+                   help="the target machine's collectives: a distbench collectives run (all_reduce, all_gather, "
+                        "reduce_scatter at the group sizes), an imported nccl-tests log or a simcluster run; without, "
+                        "the tp / fsdp / uncalibrated dp terms are 0 (marked)")
+    p.add_argument("--ranks-per-node", type=int, default=0,
+                   help="ranks per node of the machine predicted for (default 0: one node); a group wider than a "
+                        "node uses --comm's inter-node figures")
+    p.add_argument("--tp-across-nodes", action="store_true",
+                   help="place tp groups across nodes (inter-node figures); by default tp is innermost, within a node")
     p.add_argument("--schedules", default=None, help="schedules to consider (default: every one torch ships)")
     p.add_argument("--chunks", default="1,2,4,8,16", help="micro-batch counts, comma list (default 1,2,4,8,16)")
     p.add_argument("--checkpoint", default=None,
@@ -63,7 +79,7 @@ def add_parser(sub):
                    help="how many launches --calibrate and --validate measure (default 1): calibration launches "
                         "are pooled; with several validation launches each configuration is also judged on "
                         "its median over them")
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", default=None, metavar="DIR",
                    help="results root for the launches (default results/) and for --validate's predictions, "
                         "stored as a run of their own under OUT/plan/ (default: beside the validation runs)")
     p.add_argument("--p2p", default=None, metavar="RUN_DIR",
@@ -76,7 +92,7 @@ def add_parser(sub):
                    help="predict for the machine of this run with the calibration's machine's times, as they are: "
                         "validation runs of that machine are then accepted (otherwise refused), every prediction "
                         "marked")
-    p.add_argument("--format", default="table", help="table | json")
+    p.add_argument("--format", default="table", choices=("table", "json"), help="output format: table | json")
     p.set_defaults(func=cmd_plan)
 
 
@@ -104,8 +120,6 @@ def _modes(text, cals: dict) -> list[str] | None:
 
 def _checked(args) -> float | None:
     """Refuse a bad command before anything is read or launched; returns the memory limit in bytes."""
-    if args.format not in ("table", "json"):
-        raise BenchError(f"format '{args.format}' is not one of: table, json")
     if args.launches < 1:
         raise BenchError(f"--launches {args.launches} is not a launch count; give an integer >= 1")
     limit = parse_size(args.memory_limit) if args.memory_limit else None
@@ -141,11 +155,30 @@ def cmd_plan(args) -> int:
     cal = next(iter(cals.values()))  # what every layout's calibration shares: the model, the link, the machine
     check_p2p_machine(args.p2p, cal.machine)
     to, how = target_machine(cal.machine, args.target_machine, args.target_p2p)
+    where = _where(args, cal.machine)
     if args.validate is not None:
-        runs = args.validate or held or [_measure(plan_launch.launch(plan_launch.VALIDATE, args.validate_suite),
-                                                  cal.model, args.out) for _ in range(args.launches)]
-        return _validate(cals, observations(runs), args, runs, to, how, target)
-    return _plan(args, cals, obs, limit, target, to, how)
+        runs = args.validate or held or plan_launch.measure_all(
+            [plan_launch.launch(plan_launch.VALIDATE, args.validate_suite)] * args.launches, cal.model, args.out)
+        return _validate(cals, observations(runs), args, runs, to, how, target, where)
+    return _plan(args, cals, obs, limit, target, to, how, where)
+
+
+def _where(args, machine: str) -> Where:
+    """The communication the composed layouts are predicted with (bench.pipeline.plan_comm)."""
+    if args.ranks_per_node < 0:
+        raise BenchError(f"--ranks-per-node {args.ranks_per_node} is not a rank count; give an integer >= 0")
+    comm = comm_of(args.comm, machine_of_dir(args.comm)) if args.comm else plan_comm.none()
+    return Where(comm=comm, ranks_per_node=args.ranks_per_node, tp_across=args.tp_across_nodes)
+
+
+def _degrees(args, cals: dict, worlds, stages) -> tuple[list, list, list]:
+    """(dps, tps, fsdps): as given; with --world and none given, every split of each world over the
+    stages (dp, fsdp or tp: one of them above 1 beside the pipeline)."""
+    given = (_ints(args.dp, "dp") if args.dp else None, _ints(args.tp, "tp"), _ints(args.fsdp, "fsdp"))
+    if not worlds or args.dp or args.tp != "1" or args.fsdp != "1":
+        return given
+    rest = {w // p for w in worlds for p in stages if w % p == 0}
+    return sorted(rest | set(cals)), sorted(rest | {1}), sorted(rest | {1})
 
 
 def _launches(args, given: list[pl.Observation]) -> tuple[list[Path], list[Path]]:
@@ -158,30 +191,26 @@ def _launches(args, given: list[pl.Observation]) -> tuple[list[Path], list[Path]
     launches = plan_launch.planned(args.launches, args.calibrate_suite, args.validate_suite if both else None)
     if both:
         print("plan: launch order (A B B A): " + ", ".join(one.suite.stem for one in launches), flush=True)
-    runs = [(one.role, _measure(one, model, args.out)) for one in launches]
+    runs = list(zip([one.role for one in launches], plan_launch.measure_all(launches, model, args.out)))
     return ([d for role, d in runs if role == plan_launch.CALIBRATE],
             [d for role, d in runs if role == plan_launch.VALIDATE])
 
 
-def _measure(one: plan_launch.Launch, model: str | None, out) -> Path:
-    print(f"plan: measuring {one.name}", flush=True)
-    return plan_launch.measure(one, model, out)
-
-
 def _plan(args, cals: dict, obs: list[pl.Observation], limit: float | None, target: pl.Link | None, to: str,
-          how: str) -> int:
+          how: str, where: Where) -> int:
     """Rank every candidate for the mini-batch and print the predictions."""
     batch = args.batch or max(o.dp * o.chunks * o.micro_batch for o in obs)
     stages = _ints(args.stages, "stages") if args.stages else sorted({r for c in cals.values() for r in c.ranks})
     names = [scheds.canonical(s) for s in args.schedules.split(",")] if args.schedules else list(scheds.SCHEDULES)
     chunks, modes = _ints(args.chunks, "chunks"), _modes(args.checkpoint, cals)
-    dps = _ints(args.dp, "dp") if args.dp else None
     worlds = _ints(args.world, "world") if args.world else None
+    dps, tps, fsdps = _degrees(args, cals, worlds, stages)
     found = search(cals, stages=stages, schedules=names, chunks=chunks, batch=batch, checkpoints=modes, dps=dps,
-                   worlds=worlds, link=target, to=to, how=how, memory_limit=limit)
+                   tps=tps, fsdps=fsdps, worlds=worlds, link=target, to=to, how=how, memory_limit=limit, where=where)
     if worlds and not found.preds:
-        raise BenchError(f"no candidate at world {args.world}: worlds are stages x dp (--stages "
-                         f"{','.join(map(str, stages))}, --dp {args.dp or ','.join(map(str, sorted(cals)))})")
+        raise BenchError(f"no candidate at world {args.world}: worlds are stages x dp x fsdp x tp (--stages "
+                         f"{','.join(map(str, stages))}, --dp {args.dp or ','.join(map(str, sorted(cals)))}, "
+                         f"--fsdp {args.fsdp}, --tp {args.tp})")
     if args.format == "json":
         _print_plan_json(cals, found, target, args.top)
     else:
@@ -231,14 +260,16 @@ def _per_step(cals: dict) -> str:
     return ", ".join(f"{pl.layout_label(r, c.dp)} {v * 1e3:.2f} ms" for c in cals.values() for r, v in c.step_overhead.items())
 
 
-def _validate(cals: dict, given: list[pl.Observation], args, runs, to: str, how: str, target: pl.Link | None) -> int:
+def _validate(cals: dict, given: list[pl.Observation], args, runs, to: str, how: str, target: pl.Link | None,
+              where: Where) -> int:
     """Predicted against measured on the held-out cases (bench.pipeline.plan_validate), stored as a
     run of their own (bench.pipeline.plan_store), then printed."""
-    v = validate(cals, given, to=to, how=how, target=target)
-    where = store(cals, v.held, v.rows, args.out, runs, to, how, target)
+    v = validate(cals, given, to=to, how=how, target=target, where=where)
+    stored_in = store(cals, v.held, v.rows, args.out, runs, to, how, target, where)
     rows, pooled, machine = v.rows, v.pooled, next(iter(cals.values())).machine
     if args.format == "json":
-        print(json.dumps({"prediction": True, "predictions_dir": str(where), "cases": rows, **errors(rows),
+        print(json.dumps({"prediction": True, "predictions_dir": str(stored_in), "cases": rows, **errors(rows),
+                          "per_layout": per_layout(rows),
                           "sweeps": sweeps(rows),
                           "per_launch": per_launch(rows),
                           "over_launches": {"cases": pooled, **errors(pooled), "sweeps": sweeps(pooled)}
@@ -249,7 +280,7 @@ def _validate(cals: dict, given: list[pl.Observation], args, runs, to: str, how:
     print(f"calibration: {sum(c.cases for c in cals.values())} case(s) of "
           f"{', '.join(calibration_runs(cals))} on {machine}" + (f", predicted for {to} ({how})" if to != machine else "")
           + f"; per-step cost {_per_step(cals)}")
-    print(f"predictions stored in {where} (a run of their own; the runs read are left as they are)")
+    print(f"predictions stored in {stored_in} (a run of their own; the runs read are left as they are)")
     _table(rows)
     _print_errors(rows, sweeps(rows))
     for run, e in per_launch(rows).items():
@@ -283,7 +314,13 @@ def _print_errors(rows: list[dict], picks: list[dict]):
     bubble = (f"  bubble |predicted - measured| mean {e['bubble_mean_gap_pp']:.1f} pp, "
               f"max {e['bubble_max_gap_pp']:.1f} pp" if e["bubble_max_gap_pp"] is not None else "")
     print(f"step time MAPE {e['step_mape_pct']:.1f}%  peak memory MAPE {e['peak_mape_pct']:.1f}%" + bubble)
+    layouts = per_layout(rows)
+    if len(layouts) > 1:
+        print("per layout: " + "; ".join(f"{k} step MAPE {v['step_mape_pct']:.1f}%, peak {v['peak_mape_pct']:.1f}% "
+                                         f"({v['cases']} cases; comm from {v['comm_source']})"
+                                         for k, v in layouts.items()))
     for w in picks:
+        tau = "-" if math.isnan(w["kendall_tau"]) else f"{w['kendall_tau']:.2f}"
         print(f"sweep {w['run_id']} {w['layout']} ({w['cases']} cases): the model picks {w['picked']} "
               f"(measured {w['picked_samples_per_s']:.0f} samples/s), the measured best is {w['best']} "
-              f"({w['best_samples_per_s']:.0f}): {w['shortfall']:.1%} short")
+              f"({w['best_samples_per_s']:.0f}): {w['shortfall']:.1%} short; Kendall tau {tau}")

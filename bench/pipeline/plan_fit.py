@@ -33,8 +33,8 @@ it was calibrated on and the one it is for).
 import numpy as np
 
 from bench.errors import BenchError
-from bench.pipeline.plan import (Calibration, Line, Link, Observation, busiest, durations, inflight, model_stages,
-                                 placement, transfers)
+from bench.pipeline.plan import (Calibration, Line, Link, Observation, busiest, durations, inflight, layout_label,
+                                 model_stages, placement, transfers)
 from bench.timing import alphabeta
 from bench.training.replay import replay
 
@@ -114,8 +114,17 @@ def fit_layouts(obs: list[Observation], order_of, link: Link | None = None, boun
     stage times). The model is one (every piece above), its numbers per layout."""
     one_model(obs)
     one_machine(obs)
+    composed = sorted({pl_label(o) for o in obs if o.tp > 1 or o.fsdp > 1})
+    if composed:
+        raise BenchError(f"calibration runs hold composed layouts ({', '.join(composed)}): the planner calibrates on "
+                         "pipelines and pp x dp and predicts tp and fsdp inside the stages from them and a "
+                         "communication run (--comm); pass those runs to --validate")
     return {dp: fit([o for o in obs if o.dp == dp], order_of, link, boundary_bytes)
             for dp in sorted({o.dp for o in obs})}
+
+
+def pl_label(o: Observation) -> str:
+    return layout_label(o.stages, o.dp, o.tp, o.fsdp)
 
 
 def one_model(obs: list[Observation]) -> str:

@@ -66,20 +66,16 @@ def _observation(d, row, columns, ranks: pd.DataFrame, machine: str) -> pl.Obser
         return None
     degrees = {dim: int(row[f"{dim}_degree"]) if pd.notna(row.get(f"{dim}_degree"))
                else (int(row["world"]) if dim == "pp" else 1) for dim in ("pp", "dp", "fsdp", "tp")}
-    if any(degrees[dim] > 1 for dim in ("fsdp", "tp")):
-        raise BenchError(f"case {row['case_id']} of run '{d}' is a composed layout ("
-                         + " x ".join(f"{k} {v}" for k, v in degrees.items())
-                         + "); the planner models pipeline layouts with data-parallel replicas (pp x dp; "
-                         "fsdp and tp 1) only")
-    dp = degrees["dp"]
+    dp, fsdp, tp = degrees["dp"], degrees["fsdp"], degrees["tp"]
     mine = ranks[ranks["case_id"] == row["case_id"]] if len(ranks) else ranks
-    peaks: dict = {}  # per pipeline rank (the mesh puts pp outermost): the most any replica held
+    per = dp * fsdp * tp  # ranks per pipeline rank (the mesh puts pp outermost)
+    peaks: dict = {}  # per pipeline rank: the most any of its dp / fsdp / tp ranks held
     for _, r in mine.iterrows():
-        peaks[int(r["rank"]) // dp] = max(peaks.get(int(r["rank"]) // dp, 0.0), float(r["peak_bytes"]))
+        peaks[int(r["rank"]) // per] = max(peaks.get(int(r["rank"]) // per, 0.0), float(r["peak_bytes"]))
     # one replica's micro-batch (runs before the results said so stored batch / chunks for dp > 1)
-    mb = int(row["batch"]) // (dp * int(row["chunks"])) if dp > 1 else int(row["micro_batch"])
+    mb = int(row["batch"]) // (dp * fsdp * int(row["chunks"])) if dp * fsdp > 1 else int(row["micro_batch"])
     return pl.Observation(model=str(row["model"]), stages=degrees["pp"], schedule=str(row["schedule"]),
-                          chunks=int(row["chunks"]), micro_batch=mb, dp=dp,
+                          chunks=int(row["chunks"]), micro_batch=mb, dp=dp, fsdp=fsdp, tp=tp,
                           step_s=float(row["step_median_s"]), stage_s=stage_s, peak_bytes=peaks,
                           case_id=str(row["case_id"]), run_id=str(row["run_id"]), run_dir=str(d), machine=machine,
                           checkpoint=str(row["checkpoint"]) if "checkpoint" in columns

@@ -1,28 +1,65 @@
-"""The planner's search: every candidate layout (pipeline ranks x data-parallel replicas,
-schedule, micro-batch count, checkpoint mode) that can run a mini-batch, each predicted with its
-layout's calibration (bench.pipeline.plan), ranked under a memory limit, and why the best won."""
+"""The planner's search: every candidate layout (pipeline ranks x data-parallel replicas x FSDP
+shards x tensor-parallel degree, schedule, micro-batch count, checkpoint mode) that can run a
+mini-batch, each predicted (bench.pipeline.plan for a calibrated pp x dp layout,
+bench.pipeline.plan_compose for tp or fsdp inside the stages), ranked under a memory limit, and why
+the best won."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
+from bench.pipeline import plan_comm
+from bench.pipeline.plan_compose import compose
 from bench.training import schedules as scheds
+from bench.training.dims import check_tp as tp_validate
+from bench.workloads.specs import get_spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Where:
+    """What a composed prediction needs beside the calibration: the target machine's communication
+    (plan_comm), its ranks per node (0: one node) and whether tp may cross nodes."""
+
+    comm: plan_comm.Comm = field(default_factory=plan_comm.none)
+    ranks_per_node: int = 0
+    tp_across: bool = False
+
+
+def _layouts(dps, tps, fsdps) -> list[tuple[int, int, int]]:
+    """(dp, fsdp, tp) to consider: dp x fsdp (HSDP) is not a candidate; nor fsdp with dp."""
+    return [(dp, f, tp) for dp in dps for f in fsdps for tp in tps if dp == 1 or f == 1]
+
+
+def _why_not(spec, sch, p: int, m: int, batch: int, dp: int, fsdp: int, tp: int) -> str | None:
+    if sch.rule(p, m):
+        return sch.rule(p, m)
+    if batch % (dp * fsdp * m):
+        return f"batch {batch} is not divisible by dp x fsdp x chunks {dp * fsdp * m}"
+    if fsdp > 1 and sch.split_backward:
+        return "fsdp inside the stages is refused with split-backward schedules (bench.training.layout.check_dims)"
+    if tp > 1 and spec is not None:
+        try:
+            tp_validate(spec, tp)
+        except BenchError as e:
+            return str(e)
+    return None
 
 
 def candidates(cals: dict, stages, schedules, chunks, batch, checkpoints=None,
-               dps=None) -> tuple[list[pl.Candidate], list[str]]:
-    """Every (pipeline ranks, data-parallel replicas, schedule, chunks, checkpoint mode) that can run
-    the mini-batch: each replica takes batch / dp samples in `chunks` micro-batches."""
+               dps=None, tps=(1,), fsdps=(1,)) -> tuple[list[pl.Candidate], list[str]]:
+    """Every (pipeline ranks, dp, fsdp, tp, schedule, chunks, checkpoint mode) that can run the
+    mini-batch: each data-parallel slice (dp x fsdp of them) takes batch / (dp x fsdp) samples in
+    `chunks` micro-batches; the tp ranks of a stage share theirs."""
+    spec = get_spec(next(iter(cals.values())).model) if any(t > 1 for t in tps) else None
     out, skipped = [], []
-    for dp in dps or sorted(cals):
-        modes = checkpoints or pl.layout_for(cals, dp).checkpoints
+    for dp, fsdp, tp in _layouts(dps or sorted(cals), fsdps, tps):
+        modes = checkpoints or pl.layout_for(cals, dp * fsdp * tp).checkpoints
         for p in stages:
-            where = pl.layout_label(p, dp)
+            where = pl.layout_label(p, dp, tp, fsdp)
             for name in schedules:
                 sch = scheds.get(name)
                 for m in chunks:
-                    why = sch.rule(p, m) or (f"batch {batch} is not divisible by dp x chunks {dp * m}"
-                                             if batch % (dp * m) else None)
+                    why = _why_not(spec, sch, p, m, batch, dp, fsdp, tp)
                     if why:
                         skipped.append(f"{where} {sch.name} m={m}: {why}")
                         continue
@@ -31,14 +68,21 @@ def candidates(cals: dict, stages, schedules, chunks, batch, checkpoints=None,
                     except BenchError as e:
                         skipped.append(f"{sch.name}: {e}")
                         break
-                    out += [pl.Candidate(stages=p, dp=dp, schedule=sch.name, chunks=m, micro_batch=batch // (dp * m),
-                                         checkpoint=c) for c in modes]
+                    out += [pl.Candidate(stages=p, dp=dp, fsdp=fsdp, tp=tp, schedule=sch.name, chunks=m,
+                                         micro_batch=batch // (dp * fsdp * m), checkpoint=c) for c in modes]
     return out, skipped
 
 
-def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None, to: str = "", how: str = "") -> pl.Prediction:
+def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None, to: str = "", how: str = "",
+            where: Where | None = None) -> pl.Prediction:
     """A candidate predicted with its layout's calibration (else the nearest layout's, marked), for
-    the machine `to` (default the calibration's; `how` the option that mapped it)."""
+    the machine `to` (default the calibration's; `how` the option that mapped it). tp or fsdp inside
+    the stages, or a dp degree not calibrated when a communication calibration is given, is composed
+    (bench.pipeline.plan_compose) with `where`'s communication."""
+    where = where or Where()
+    if cand.composed or (cand.dp not in cals and where.comm.fits):
+        return compose(cals, cand, where.comm, get_spec(next(iter(cals.values())).model), pl.torch_order,
+                       ranks_per_node=where.ranks_per_node, tp_across=where.tp_across, to=to, how=how)
     return pl.predict(pl.layout_for(cals, cand.dp), cand, pl.torch_order, link=link, target=to, mapped_by=how)
 
 
@@ -53,13 +97,14 @@ class Ranked:
     preds: list
 
 
-def search(cals: dict, *, stages, schedules, chunks, batch, checkpoints=None, dps=None, worlds=None,
-           link: pl.Link | None = None, to: str = "", how: str = "", memory_limit: float | None = None) -> Ranked:
+def search(cals: dict, *, stages, schedules, chunks, batch, checkpoints=None, dps=None, tps=(1,), fsdps=(1,),
+           worlds=None, link: pl.Link | None = None, to: str = "", how: str = "", memory_limit: float | None = None,
+           where: Where | None = None) -> Ranked:
     """Every candidate (at `worlds` only, where given), predicted and ranked by throughput."""
-    cands, skipped = candidates(cals, stages, schedules, chunks, batch, checkpoints, dps)
+    cands, skipped = candidates(cals, stages, schedules, chunks, batch, checkpoints, dps, tps, fsdps)
     if worlds:
         cands = [c for c in cands if c.world in worlds]
-    preds = [predict(cals, c, link=link, to=to, how=how) for c in cands]
+    preds = [predict(cals, c, link=link, to=to, how=how, where=where) for c in cands]
     best, over = pl.recommend(preds, memory_limit)
     return Ranked(best=best, over=over, skipped=skipped, preds=preds)
 
@@ -73,11 +118,11 @@ def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
     and checkpoint mode (bubble against per-micro-batch cost), the other checkpoint modes of the
     same configuration (throughput against memory), and the best other schedule."""
     c = best.candidate
-    same = [p for p in preds if p is not best and (p.candidate.stages, p.candidate.dp, p.candidate.schedule,
-                                                    p.candidate.checkpoint) == (c.stages, c.dp, c.schedule, c.checkpoint)]
-    modes = [p for p in preds if p.candidate.checkpoint != c.checkpoint and (p.candidate.stages, p.candidate.dp,
+    same = [p for p in preds if p is not best and (p.candidate.layout, p.candidate.schedule,
+                                                    p.candidate.checkpoint) == (c.layout, c.schedule, c.checkpoint)]
+    modes = [p for p in preds if p.candidate.checkpoint != c.checkpoint and (p.candidate.layout,
                                                                              p.candidate.schedule, p.candidate.chunks)
-             == (c.stages, c.dp, c.schedule, c.chunks)]
+             == (c.layout, c.schedule, c.chunks)]
     other = [p for p in preds if p.candidate.schedule != c.schedule]
     out = [f"why {c.label}: predicted bubble {best.bubble:.0%}"]
     if same:
@@ -92,12 +137,25 @@ def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
     if other:
         o = max(other, key=lambda p: p.samples_per_s)
         out.append(f"best other schedule {o.candidate.label}: {best.samples_per_s / o.samples_per_s:.2f}x slower")
+    for lay in sorted({p.candidate.layout for p in preds} - {c.layout}):  # the layout question
+        o = max((p for p in preds if p.candidate.layout == lay), key=lambda p: p.samples_per_s)
+        out.append(f"best {lay}: {o.candidate.label} {best.samples_per_s / o.samples_per_s:.2f}x slower"
+                   + (f" ({_terms(o)})" if o.comm_s else ""))
     return "; ".join(out)
+
+
+def _terms(p: pl.Prediction) -> str:
+    """A composed prediction's communication per step, and where it came from."""
+    names = {"tp_fsdp_per_action_s": "tp/fsdp in actions", "dp_all_reduce_s": "dp all-reduce",
+             "fsdp_reduce_scatter_s": "fsdp reduce-scatter"}
+    got = [f"{names[k]} {v * 1e3:.2f} ms" for k, v in p.comm_s.items() if v > 0]
+    return ", ".join(got or ["no communication term"]) + f"; comm from {p.comm_source}"
 
 
 def as_dict(p: pl.Prediction) -> dict:
     """A prediction as a row (the JSON output, the stored predictions)."""
-    return {"stages": p.candidate.stages, "dp": p.candidate.dp, "schedule": p.candidate.schedule, "chunks": p.candidate.chunks,
+    return {"stages": p.candidate.stages, "dp": p.candidate.dp, "fsdp": p.candidate.fsdp, "tp": p.candidate.tp,
+            "layout": p.candidate.layout, "comm_source": p.comm_source, "comm_s": p.comm_s, "schedule": p.candidate.schedule, "chunks": p.candidate.chunks,
             "micro_batch": p.candidate.micro_batch, "checkpoint": p.candidate.checkpoint, "predicted_step_s": p.step_s,
             "predicted_samples_per_s": p.samples_per_s, "predicted_bubble": p.bubble,
             "predicted_peak_bytes": p.peak_bytes, "extrapolated": p.extrapolated, "calibrated_on": p.calibrated_on,

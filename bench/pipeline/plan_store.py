@@ -21,13 +21,13 @@ TOP = 5  # recommendations stored per validated run
 
 
 def store(cals: dict, held: list[pl.Observation], rows: list[dict], out, runs, to: str, how: str,
-          target: pl.Link | None = None) -> Path:
+          target: pl.Link | None = None, where=None) -> Path:
     """Write the predictions of a validation (held-out cases `held`, their `rows`) as a run of
     their own; returns its path."""
     cal = next(iter(cals.values()))
     out_rows = []
     for d in sorted({o.run_dir for o in held}, key=str):
-        out_rows += _run_rows(cals, [o for o in held if o.run_dir == d], rows, to, how, target)
+        out_rows += _run_rows(cals, [o for o in held if o.run_dir == d], rows, to, how, target, where)
     for r in out_rows:
         r["calibration_runs"] = ",".join(calibration_runs(cals))
         r["calibration_machine"] = cal.machine
@@ -45,18 +45,20 @@ def store(cals: dict, held: list[pl.Observation], rows: list[dict], out, runs, t
 
 
 def _run_rows(cals: dict, mine: list[pl.Observation], rows: list[dict], to: str, how: str,
-              target: pl.Link | None) -> list[dict]:
+              target: pl.Link | None, where=None) -> list[dict]:
     """One validated run's rows: its held-out cases (role validation), then the ranked
     recommendation for its mini-batch over its layouts (role recommended)."""
-    run_id, batch = mine[0].run_id, max(o.dp * o.chunks * o.micro_batch for o in mine)
+    run_id, batch = mine[0].run_id, max(o.dp * o.fsdp * o.chunks * o.micro_batch for o in mine)
     dps = sorted({o.dp for o in mine})
-    modes = set.intersection(*(set(pl.layout_for(cals, dp).checkpoints) for dp in dps))
+    modes = set.intersection(*(set(pl.layout_for(cals, o.dp * o.fsdp * o.tp).checkpoints) for o in mine))
     cands, _ = candidates(cals, sorted({o.stages for o in mine}), list(scheds.SCHEDULES),
                           sorted({o.chunks for o in mine} | {1, 2, 4, 8, 16}), batch,
-                          sorted({o.checkpoint for o in mine} & modes) or None, dps)
+                          sorted({o.checkpoint for o in mine} & modes) or None, dps,
+                          sorted({o.tp for o in mine}), sorted({o.fsdp for o in mine}))
     there = mine[0].machine if mine[0].machine == to else ""
     wire = target if there and how == "--target-p2p" else None  # a run of the mapped machine: its link
-    best, _ = pl.recommend([predict(cals, c, link=wire, to=there, how=how if there else "") for c in cands])
+    best, _ = pl.recommend([predict(cals, c, link=wire, to=there, how=how if there else "", where=where)
+                            for c in cands])
     ids = {o.case_id for o in mine}
     out = []
     for r in rows:
@@ -65,6 +67,6 @@ def _run_rows(cals: dict, mine: list[pl.Observation], rows: list[dict], to: str,
             out.append({**keep, "role": "validation", "rank": 0, "measured_machine": r["measured_on"]})
     for i, p in enumerate(best[:TOP], 1):
         out.append({"run_id": run_id, "case_id": "", "role": "recommended", "rank": i,
-                    **{k: v for k, v in as_dict(p).items() if k != "calibrated_on"},
+                    **{k: v for k, v in as_dict(p).items() if k not in ("calibrated_on", "comm_s")},
                     "candidate": p.candidate.label, "why": why(p, best) if i == 1 else ""})
     return out

@@ -12,7 +12,7 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
-from bench.pipeline.plan_search import predict
+from bench.pipeline.plan_search import Where, predict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,12 +28,14 @@ def _config(o) -> tuple:
 
 
 def _calibrated(cals: dict, o: pl.Observation) -> bool:
-    """Was `o` (its run, or its configuration in its layout) used for calibration?"""
-    return any(o.run_id in c.runs for c in cals.values()) or (o.dp in cals and _config(o) in cals[o.dp].configs)
+    """Was `o` (its run, or its configuration in its layout) used for calibration? A layout with tp or
+    fsdp inside the stages never is (the calibration holds pipelines and pp x dp only)."""
+    return any(o.run_id in c.runs for c in cals.values()) or (
+        o.tp == o.fsdp == 1 and o.dp in cals and _config(o) in cals[o.dp].configs)
 
 
 def validate(cals: dict, given: list[pl.Observation], to: str = "", how: str = "",
-             target: pl.Link | None = None) -> Validation:
+             target: pl.Link | None = None, where: Where | None = None) -> Validation:
     """Held-out cases only: a case of a calibration run, or a configuration (ranks, schedule,
     chunks, micro-batch) the calibration measured, is left out and counted. A run of another
     machine than the calibration's is refused unless the user mapped the calibration onto it
@@ -51,20 +53,22 @@ def validate(cals: dict, given: list[pl.Observation], to: str = "", how: str = "
     if not held:
         raise BenchError("--validate runs are all calibration runs or configurations; pass measured runs of "
                          "configurations the model was not fitted on")
-    rows = [_row(cals, o, machine, how, target) for o in held]
+    rows = [_row(cals, o, machine, how, target, where) for o in held]
     return Validation(held=held, rows=rows, pooled=over_launches(rows), left_out=len(given) - len(rows))
 
 
-def _row(cals: dict, o: pl.Observation, machine: str, how: str, target: pl.Link | None) -> dict:
+def _row(cals: dict, o: pl.Observation, machine: str, how: str, target: pl.Link | None,
+         where: Where | None = None) -> dict:
     """One held-out case predicted (for its own machine where the user mapped the calibration onto
     it) beside its measurement."""
     moved = o.machine != machine
-    p = predict(cals, pl.Candidate(stages=o.stages, dp=o.dp, schedule=o.schedule, chunks=o.chunks,
-                                   micro_batch=o.micro_batch, checkpoint=o.checkpoint),
+    p = predict(cals, pl.Candidate(stages=o.stages, dp=o.dp, tp=o.tp, fsdp=o.fsdp, schedule=o.schedule,
+                                   chunks=o.chunks, micro_batch=o.micro_batch, checkpoint=o.checkpoint),
                 link=target if moved and how == "--target-p2p" else None, to=o.machine if moved else "",
-                how=how if moved else "")
+                how=how if moved else "", where=where)
     peak = max(o.peak_bytes.values()) if o.peak_bytes else float("nan")
     return {"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages, "dp": o.dp,
+            "tp": o.tp, "fsdp": o.fsdp, "layout": p.candidate.layout, "comm_source": p.comm_source,
             "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
             "checkpoint": o.checkpoint, "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
             "step_error": p.step_s / o.step_s - 1, "predicted_bubble": p.bubble, "measured_bubble": o.bubble,
@@ -81,7 +85,9 @@ def over_launches(rows: list[dict]) -> list[dict]:
     if not rows:
         return []
     out = []
-    for _, g in pd.DataFrame(rows).groupby(["stages", "dp", "schedule", "chunks", "micro_batch", "checkpoint"], sort=False):
+    df = _layouts(pd.DataFrame(rows))
+    for _, g in df.groupby(["stages", "dp", "tp", "fsdp", "schedule", "chunks", "micro_batch", "checkpoint"],
+                           sort=False):
         n = g["run_id"].nunique()
         if n < 2:
             continue
@@ -111,6 +117,20 @@ def per_launch(rows: list[dict]) -> dict:
     return out
 
 
+def per_layout(rows: list[dict]) -> dict:
+    """Per layout (pp2, pp2 tp2, ...): its step and peak memory MAPE, case count and comm source."""
+    if not rows:
+        return {}
+    df = pd.DataFrame(rows)
+    key = df["layout"] if "layout" in df else [pl.layout_label(s, d) for s, d in zip(df["stages"], df["dp"])]
+    out = {}
+    for lay, g in df.assign(_layout=key).groupby("_layout", sort=True):
+        sub = g.drop(columns="_layout").to_dict("records")
+        out[lay] = {"cases": len(sub), **{k: v for k, v in errors(sub).items() if k.endswith("mape_pct")},
+                    "comm_source": str(sub[0].get("comm_source", ""))}
+    return out
+
+
 def errors(rows: list[dict]) -> dict:
     """Step time and peak memory MAPE, and the bubble's gap in percentage points."""
     gaps = [abs(r["predicted_bubble"] - r["measured_bubble"]) * 100 for r in rows
@@ -122,27 +142,45 @@ def errors(rows: list[dict]) -> dict:
             "bubble_max_gap_pp": max(gaps) if gaps else None}
 
 
+def _layouts(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows without tp / fsdp / dp columns (older stored predictions) are pipelines alone."""
+    return df.assign(**{k: df[k] if k in df else 1 for k in ("dp", "tp", "fsdp")})
+
+
+def kendall_tau(predicted, measured) -> float:
+    """Kendall's tau (scipy.stats.kendalltau, tau-b) between predicted and measured throughput: 1
+    when the model orders the sweep's configurations as they measured; nan under two of them."""
+    from scipy.stats import kendalltau  # lazy: scipy only when a validation is scored
+
+    if len(predicted) < 2:
+        return float("nan")
+    return float(kendalltau(predicted, measured).statistic)
+
+
 def sweeps(rows: list[dict]) -> list[dict]:
-    """Per validation sweep (one run, one layout pp x dp): the configuration the model ranks first
-    among those measured, against the measured best, and how far short of it the pick's measured
-    throughput is (0 when the model picked the best). Throughput is batch / step for both. Where
-    two or more layouts were measured at one world (pp4 and pp2 x dp2 on 4 devices), the world is
-    a sweep of its own over every run given: the layout question itself."""
+    """Per validation sweep (one run, one layout), the configuration the model ranks first among
+    those measured, against the measured best, how far short of it the pick's measured throughput
+    is (0 when the model picked the best), and Kendall's tau between predicted and measured
+    throughput over the sweep. Throughput is batch / step for both. Where two or more layouts
+    were measured at one world (pp4, pp2 x dp2, pp2 x tp2 on 4 devices), the world is a sweep of
+    its own over every run given: the layout question itself."""
     if not rows:
         return []
-    df = pd.DataFrame(rows)
-    df = df.assign(dp=df["dp"] if "dp" in df else 1)  # rows without a layout are pipelines alone
-    df = df.assign(world=df["stages"] * df["dp"], layout=[pl.layout_label(s, d) for s, d in zip(df["stages"], df["dp"])])
+    df = _layouts(pd.DataFrame(rows))
+    df = df.assign(world=df["stages"] * df["dp"] * df["fsdp"] * df["tp"],
+                   layout=[pl.layout_label(s, d, t, f) for s, d, t, f in zip(df["stages"], df["dp"], df["tp"],
+                                                                              df["fsdp"])])
     groups = [((run, layout), g) for (run, layout), g in df.groupby(["run_id", "layout"], sort=True)]
     groups += [((f"world {w} (every run)", f"{g['layout'].nunique()} layouts"), g)
                for w, g in df.groupby("world", sort=True) if g["layout"].nunique() > 1]
     out = []
     for (run, layout), g in groups:
-        batch = g["dp"] * g["chunks"] * g["micro_batch"]
-        picked = g.loc[(batch / g["predicted_step_s"]).idxmax()]
-        best = g.loc[(batch / g["measured_step_s"]).idxmax()]
-        rate = lambda r: r["dp"] * r["chunks"] * r["micro_batch"] / r["measured_step_s"]  # noqa: E731
+        batch = g["dp"] * g["fsdp"] * g["chunks"] * g["micro_batch"]
+        predicted, measured = batch / g["predicted_step_s"], batch / g["measured_step_s"]
+        picked, best = g.loc[predicted.idxmax()], g.loc[measured.idxmax()]
         out.append({"run_id": run, "layout": layout, "stages": int(picked["stages"]), "cases": len(g),
-                    "picked": picked["candidate"], "picked_samples_per_s": rate(picked), "best": best["candidate"],
-                    "best_samples_per_s": rate(best), "shortfall": 1 - rate(picked) / rate(best)})
+                    "picked": picked["candidate"], "picked_samples_per_s": measured[predicted.idxmax()],
+                    "best": best["candidate"], "best_samples_per_s": measured.max(),
+                    "shortfall": 1 - measured[predicted.idxmax()] / measured.max(),
+                    "kendall_tau": kendall_tau(predicted.tolist(), measured.tolist())})
     return out

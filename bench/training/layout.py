@@ -115,7 +115,10 @@ def full_grads(pieces: nn.Module) -> dict:
 def parallelize(module: nn.Module, pieces: nn.Sequential, spec: ModelSpec, dims: ParallelDims, mesh) -> Parallelized:
     """Apply TP, then (activation checkpointing lives in the module), then FSDP2 / DDP to
     `module`, whose `pieces` are the model's pieces keyed by their index in the full model."""
-    if dims.tp > 1:
+    if dims.tp > 1 and spec.family == "timed":  # the timed tp plan: known times / tp, one all-reduce each way
+        for piece in pieces:
+            piece.tp_shard(mesh["tp"].get_group(), dims.tp)
+    elif dims.tp > 1:
         from torch.distributed.tensor.parallel import parallelize_module  # lazy: torch.distributed.tensor.parallel (~0.6 s) only when a layout uses TP
 
         parallelize_module(pieces, mesh["tp"], tp_mod.plan(spec, [int(k) for k in pieces._modules]))

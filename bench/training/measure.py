@@ -212,7 +212,7 @@ def exact_columns(case: CaseSpec, order: dict, world: int) -> dict:
         return {}
     balance = validate(schedule=case.schedule, stages=world, chunks=case.chunks, batch=case.batch, depth=spec.depth,
                        balance=case.balance, strict=False, preset=spec.preset)
-    dur = exact_durations(spec, split_pieces(spec, balance), get_schedule(case.schedule).split_backward)
+    dur = exact_durations(spec, split_pieces(spec, balance), get_schedule(case.schedule).split_backward, case.tp)
     rx = replay(order, dur, len(balance))
     return {"bubble_exact": rx.mean_bubble, "exact_step_s": rx.step_s, "_exact_rank": rx.bubble, "_dur": dur}
 

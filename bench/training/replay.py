@@ -100,17 +100,18 @@ def balanced(durations: dict) -> dict:
     return {(s, k): mean[k] for (s, k) in durations}
 
 
-def exact_durations(spec, bounds: list[tuple[int, int]], split: bool) -> dict:
+def exact_durations(spec, bounds: list[tuple[int, int]], split: bool, tp: int = 1) -> dict:
     """The timed workload's action times per stage, {(stage, kind): seconds}: a stage's F, I and W
     are the sums over its blocks (bench.workloads.models.TimedBlock), B = I + W. The model's input
     needs no gradient, so block 0 has no input-gradient work; and torch runs no I on the first
     stage under the split-backward schedules (its input needs no gradient) but its whole backward
-    as W: there I = 0 and W = B."""
+    as W: there I = 0 and W = B. Under the timed tp plan every time is / tp (its all-reduces, whose
+    time is the machine's, are not in these known times)."""
     out = {}
     for s, (lo, hi) in enumerate(bounds):
-        f, i, w = (sum(t) for t in zip(*(spec.block_times(b) for b in range(lo, hi))))
+        f, i, w = (sum(t) / tp for t in zip(*(spec.block_times(b) for b in range(lo, hi))))
         if s == 0:
-            i -= spec.block_times(0)[1]
+            i -= spec.block_times(0)[1] / tp
             if split:
                 i, w = 0.0, i + w
         out.update({(s, "F"): f, (s, "I"): i, (s, "W"): w, (s, "B"): i + w})

@@ -1,0 +1,154 @@
+"""The planner's communication terms: Hockney's alpha-beta of each collective at each group size,
+fitted on a stored collectives run of the target machine, and where each layout's groups sit.
+
+    t(collective, n ranks, S bytes) = alpha[c, n, scope] + S * beta[c, n, scope]
+
+S is the collective's size as the run stores it (`size_bytes`, nccl-tests' S: an all_gather's
+output, a reduce_scatter's input, an all_reduce's buffer); scope is `intra` (every rank of the
+group on one node) or `inter` (the group crosses nodes: a run whose launch spans nodes). The fit is
+the shared one (bench.timing.alphabeta, one step of S bytes per call: per group size it is exact
+for any algorithm whose cost is a + b S), over the median time per size.
+
+Where the figures come from, named in every prediction that uses them:
+  - a `distbench collectives` run (`collectives run R`),
+  - an nccl-tests log imported with `distbench import nccl-tests` (`nccl-tests import R`),
+  - a run under `distbench simcluster` (`simcluster link RATE (run R)`), whose nodes are the
+    simulated ones,
+  - none given: `default: no communication calibration` and every term 0 (a floor, marked).
+A group size the run did not measure takes the nearest measured one's fit scaled by the ring's
+step and byte factors (alpha x (n - 1) / (n0 - 1); beta x f(n) / f(n0), f = 2 (n - 1) / n for
+all_reduce, (n - 1) / n for all_gather and reduce_scatter: nccl-tests PERFORMANCE.md), marked.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.results.rundir import read_meta
+from bench.results.store import load_run
+from bench.timing import alphabeta
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv")
+DEFAULT = "default: no communication calibration (terms 0, a floor)"
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """Bytes a ring moves per byte of S at n ranks (nccl-tests PERFORMANCE.md)."""
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollFit:
+    collective: str
+    group: int  # ranks in the group
+    scope: str  # intra | inter
+    alpha_s: float  # seconds per call
+    beta_s_per_byte: float  # seconds per byte of S
+
+    def seconds(self, nbytes: float) -> float:
+        return alphabeta.predict(alphabeta.one_message, 2, nbytes, self.alpha_s, self.beta_s_per_byte)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comm:
+    """Every fitted collective of one source; `seconds` answers a term and says how it was found."""
+
+    source: str  # where the figures come from (named in every prediction)
+    fits: dict = field(default_factory=dict)  # (collective, group, scope) -> CollFit
+    machine: str = ""  # the machine the figures were measured on ("" for the default)
+
+    def seconds(self, collective: str, group: int, nbytes: float, scope: str = "intra") -> tuple[float, str]:
+        """(seconds, note): note is "" when the fit was measured at this group size and scope."""
+        if group <= 1 or nbytes <= 0:
+            return 0.0, ""
+        if (collective, group, scope) in self.fits:
+            return self.fits[(collective, group, scope)].seconds(nbytes), ""
+        same = [f for (c, _, s), f in self.fits.items() if c == collective and s == scope]
+        if not same:
+            other = [f for (c, _, _), f in self.fits.items() if c == collective]
+            if not other:
+                return 0.0, f"{collective} not measured in {self.source} (term 0)"
+            same, why = other, f"{collective} {scope}-node not measured (used {other[0].scope}-node)"
+        else:
+            why = ""
+        near = min(same, key=lambda f: (abs(f.group - group), f.group))
+        if near.group == group:
+            return near.seconds(nbytes), why
+        step = (group - 1) / (near.group - 1) if near.group > 1 else float(group - 1)
+        byte = bus_factor(collective, group) / bus_factor(collective, near.group)
+        t = near.alpha_s * step + nbytes * near.beta_s_per_byte * byte
+        return t, "; ".join(filter(None, [why, f"{collective} at {group} ranks scaled from {near.group} (ring)"]))
+
+
+def none() -> Comm:
+    return Comm(source=DEFAULT)
+
+
+def source_of(meta: dict, run_dir) -> str:
+    """`simcluster link RATE (run R)`, `nccl-tests import R`, or `collectives run R` from meta.json."""
+    rid = meta.get("run_id") or Path(run_dir).name
+    sim = meta.get("simcluster")
+    if sim:
+        rates = sorted({n.get("link_rate", "?") for n in sim.get("nodes", [])}) if isinstance(sim, dict) else []
+        return f"simcluster link {'/'.join(rates) or '?'} (run {rid})"
+    tool = (meta.get("source") or {}).get("tool") if isinstance(meta.get("source"), dict) else None
+    if tool:
+        return f"{tool} import {rid}"
+    return f"collectives run {rid}"
+
+
+def fit_rows(rows, source: str, machine: str = "") -> Comm:
+    """rows: (collective, group, scope, size_bytes, median seconds); one fit per (collective, group,
+    scope) with two or more sizes."""
+    pts: dict = {}
+    for c, n, scope, s, t in rows:
+        if c in COLLECTIVES and n > 1 and s > 0 and t > 0:
+            pts.setdefault((c, int(n), scope), []).append((float(s), float(t)))
+    fits = {}
+    for (c, n, scope), v in sorted(pts.items()):
+        sizes, times = zip(*sorted(v))
+        got = alphabeta.fit(alphabeta.one_message, [2] * len(sizes), sizes, times)
+        if got is not None:
+            fits[(c, n, scope)] = CollFit(collective=c, group=n, scope=scope, alpha_s=got.alpha_s,
+                                          beta_s_per_byte=got.beta_s_per_byte)
+    if not fits:
+        raise BenchError(f"communication run '{source}' has no collective measured at two or more sizes on two or "
+                         f"more ranks; measure one with distbench collectives -c all_reduce,all_gather,reduce_scatter "
+                         f"-b 4K -e 64M")
+    return Comm(source=source, fits=fits, machine=machine)
+
+
+def comm_of(run_dir, machine: str = "") -> Comm:
+    """The alpha-beta of every collective at every group size of a stored collectives run (its own,
+    an nccl-tests import or a simcluster run: the source says which)."""
+    run = load_run(run_dir)
+    res = run.tables.get("results")
+    if res is None or "collective" not in res.columns:
+        raise BenchError(f"run '{run_dir}' has no collectives cases; pass a distbench collectives run, an imported "
+                         "nccl-tests log (distbench import nccl-tests) or a distbench simcluster run")
+    meta = run.meta or read_meta(Path(run_dir), [])
+    nodes = res["nodes"] if "nodes" in res.columns else 1
+    df = res.assign(scope=["inter" if int(x or 1) > 1 else "intra" for x in
+                           (nodes if hasattr(nodes, "__iter__") else [nodes] * len(res))])
+    g = df.groupby(["collective", "world", "scope", "size_bytes"])["time_median_s"].median().reset_index()
+    return fit_rows(g.itertuples(index=False, name=None), source_of(meta, run_dir), machine)
+
+
+def crosses(block: int, ranks_per_node: int) -> bool:
+    """Does a group of `block` consecutive ranks (a mesh dimension and every one inside it) span
+    more than one node? ranks_per_node 0: one node holds every rank."""
+    return ranks_per_node > 0 and block > ranks_per_node
+
+
+def scopes(tp: int, fsdp: int, dp: int, ranks_per_node: int, tp_across: bool = False) -> dict:
+    """Each dimension's scope on the mesh (pp, dp_replicate, dp_shard, tp, tp innermost: a tp group is
+    tp consecutive ranks, an fsdp group spans tp x fsdp, a dp group tp x fsdp x dp, and a pipeline
+    neighbour is that block away). `tp_across`: the user places tp across nodes (inter)."""
+    scope = lambda block: "inter" if crosses(block, ranks_per_node) else "intra"  # noqa: E731
+    return {"tp": "inter" if tp_across and tp > 1 else scope(tp), "fsdp": scope(tp * fsdp),
+            "dp": scope(tp * fsdp * dp),
+            "pp": "inter" if ranks_per_node > 0 and tp * fsdp * dp >= ranks_per_node else "intra"}

@@ -1,0 +1,129 @@
+"""Composed layouts, predicted: pipeline ranks x dp x fsdp x tp (the mesh of bench.training.layout)
+from a calibrated pipeline (bench.pipeline.plan) and the communication of the target machine
+(bench.pipeline.plan_comm). Every term below is a prediction; the sizes come from the model's
+shapes (bench.training.footprint), the times from the calibration and the collectives fits.
+
+For a candidate (p pipeline ranks, dp replicas, fsdp shards, tp degree, schedule, m micro-batches of
+b samples each, b = batch / (dp x fsdp x m)):
+
+  base        the calibration with dp x fsdp x tp ranks per pipeline rank (on a shared host its
+              stage times carry that many ranks computing at once), else the nearest (marked)
+  action      t(s, k, b) / tp + o                        (stage compute split over the tp group)
+    + tp      F: rows(s) x all_reduce(tp, b x boundary)   (a Rowwise layer's output, Megatron's g)
+              B, I: cols(s) x all_reduce(tp, b x boundary) (a Colwise layer's input gradient, f)
+    + fsdp    F, B, I: all_gather(fsdp, P_s / tp x 4 B)   (FSDP2 reshards after forward)
+    + p2p     the calibration's link (or its overhead), as for a pipeline alone
+  step        replay(torch's order) + c
+    + dp      all_reduce(dp, P_r / tp x 4 B)              (gradients, once after the last backward)
+    + fsdp    reduce_scatter(fsdp, P_r / tp x 4 B)        (gradients, once: sync on the last backward)
+    - the base's own dp all-reduce, which its c holds (floored at c = 0)
+  memory      base[r] - states(base layout) + states(candidate) + q x held x b x A_tp / A_1
+              states: P x (4 B params + 4 B grads + optimizer) / fsdp, + 4 B x P gradient buckets
+              (dp alone), + 8 B x the largest piece (fsdp: one piece gathered with its gradient)
+
+rows(s) / cols(s): the Rowwise / Colwise modules of the stage's TP plan (bench.training.tp.plan:
+an MLP pair has one of each, a GPT block 2 and 4; the timed family's tp plan one of each per
+block), less the first stage's first backward one (the model's input needs no gradient). P_s: the stage's parameters as one tp rank holds them; P_r: the pipeline rank's stages'.
+"""
+
+from bench.pipeline import plan as pl
+from bench.pipeline.plan_comm import Comm, scopes
+from bench.training import schedules as scheds
+from bench.training.footprint import OPTIMIZER, OPTIMIZER_STATE_BYTES, PARAM_BYTES, stage_acts_per_sample, stage_pieces
+from bench.training.replay import replay
+from bench.workloads.specs import ModelSpec, even_balance, split_pieces
+
+
+def tp_counts(spec: ModelSpec, lo: int, hi: int) -> tuple[int, int]:
+    """(all-reduces in a forward, in a backward) of pieces [lo, hi) under tp (bench.training.tp.plan).
+    The model's input needs no gradient: on the first stage of the MLP and timed families the first
+    piece's backward all-reduce (of the input gradient) is never run."""
+    first = 1 if lo == 0 else 0
+    if spec.family == "timed":
+        return hi - lo, hi - lo - first
+    if spec.family == "mlp":
+        return (hi - lo) // 2, max(0, (hi - lo) // 2 - first)
+    blocks = len([i for i in range(lo, hi) if 1 <= i <= spec.depth])
+    return 2 * blocks, 4 * blocks
+
+
+def states(params: float, pieces: list[float], dp: int, fsdp: int) -> float:
+    """Bytes of parameters, gradients and optimizer state a rank holds (bench.training.footprint.layout_ranks)."""
+    out = params * (2 * PARAM_BYTES + OPTIMIZER_STATE_BYTES[OPTIMIZER]) / fsdp
+    if dp > 1 and fsdp == 1:
+        out += PARAM_BYTES * params
+    if fsdp > 1:
+        out += 2 * PARAM_BYTES * max(pieces)
+    return out
+
+
+def _stage_comm(spec, cand, comm: Comm, where: dict, bounds, notes: list) -> dict:
+    """(stage, kind) -> seconds of its tp all-reduces and fsdp all-gathers per action."""
+    act = cand.micro_batch * spec.boundary_bytes_per_sample
+    out = {}
+    for s, (lo, hi) in enumerate(bounds):
+        rows, cols = tp_counts(spec, lo, hi)
+        ar, n1 = comm.seconds("all_reduce", cand.tp, act, where["tp"])
+        ag, n2 = comm.seconds("all_gather", cand.fsdp, sum(stage_pieces(spec, lo, hi, cand.tp)) * PARAM_BYTES,
+                              where["fsdp"])
+        notes += [n for n in (n1, n2) if n]
+        out.update({(s, "F"): rows * ar + ag, (s, "B"): cols * ar + ag, (s, "I"): cols * ar + ag, (s, "W"): 0.0})
+    return out
+
+
+def _rank_params(spec, sch, r: int, p: int, bounds, tp: int) -> tuple[float, list[float]]:
+    pieces = [x for i in sch.stage_ids(r, p) for x in stage_pieces(spec, *bounds[i], tp)]
+    return sum(pieces), pieces
+
+
+def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_of, *, ranks_per_node: int = 0,
+            tp_across: bool = False, to: str = "", how: str = "") -> pl.Prediction:
+    """A composed candidate predicted (the module's docstring has every term)."""
+    k = cand.dp * cand.fsdp * cand.tp
+    cal = pl.layout_for(cals, k)
+    notes = [f"{k} rank(s) per stage not calibrated (stage times of the {pl.layout_label(cand.stages, cal.dp)} "
+             "calibration)"] if cal.dp != k else []
+    sch, order = scheds.get(cand.schedule), order_of(cand.schedule, cand.stages, cand.chunks)
+    n = pl.model_stages(cand.schedule, cand.stages)
+    bounds = split_pieces(spec, even_balance(spec.depth, n))
+    costs = pl.scaled_costs(cal, n, cand.checkpoint)
+    o, o_why = cal.overhead_for(cand.stages, cand.schedule)
+    once, once_why = cal.step_overhead_for(cand.stages)
+    where = scopes(cand.tp, cand.fsdp, cand.dp, ranks_per_node, tp_across)
+    comm_act = _stage_comm(spec, cand, comm, where, bounds, notes)
+    p2p = pl.transfers(cand.schedule, cand.stages, order, cand.micro_batch, cal.link, cal.boundary_bytes)
+    alone = {key: t / cand.tp for key, t in pl.durations(costs, order, cand.micro_batch).items()}
+    dur = {key: t + (o if key[1] in pl.SENDING else 0.0) + p2p.get(key, 0.0) + comm_act.get(key, 0.0)
+           for key, t in alone.items()}
+    compute = replay(order, alone)
+    per_step, memory = {"dp_all_reduce_s": 0.0, "fsdp_reduce_scatter_s": 0.0}, []
+    held, base = pl.inflight(order), cal.base_bytes.get(n) or next(iter(cal.base_bytes.values()), {})
+    q = cal.bytes_per_inflight_sample.get(cand.checkpoint, 0.0)
+    undo = 0.0
+    for r in range(cand.stages):
+        params, pieces = _rank_params(spec, sch, r, cand.stages, bounds, cand.tp)
+        full, full_pieces = _rank_params(spec, sch, r, cand.stages, bounds, 1)
+        ar, n1 = comm.seconds("all_reduce", cand.dp, params * PARAM_BYTES, where["dp"])
+        rs, n2 = comm.seconds("reduce_scatter", cand.fsdp, params * PARAM_BYTES, where["fsdp"])
+        mine, _ = comm.seconds("all_reduce", cal.dp, full * PARAM_BYTES, "intra")
+        notes += [x for x in (n1, n2) if x]
+        per_step["dp_all_reduce_s"] = max(per_step["dp_all_reduce_s"], ar)
+        per_step["fsdp_reduce_scatter_s"] = max(per_step["fsdp_reduce_scatter_s"], rs)
+        undo = max(undo, mine)
+        ids = sch.stage_ids(r, cand.stages)
+        ratio = (sum(stage_acts_per_sample(spec, *bounds[i], cand.tp) for i in ids)
+                 / max(sum(stage_acts_per_sample(spec, *bounds[i], 1) for i in ids), 1e-30))
+        memory.append(base.get(r, max(base.values()) if base else 0.0) - states(full, full_pieces, cal.dp, 1)
+                      + states(params, pieces, cand.dp, cand.fsdp) + q * held.get(r, 0) * cand.micro_batch * ratio)
+    step = replay(order, dur).step_s + max(0.0, once - undo) + sum(per_step.values())
+    busiest = max(sum(comm_act.get((s, kk), 0.0) for s, kk, _ in acts) for acts in order.values())
+    target = to or cal.machine
+    moved = f"calibrated on {cal.machine}, predicted for {target} ({how})" if target != cal.machine else ""
+    off = (f"communication measured on {comm.machine}, not the calibration's machine"
+           if comm.machine and comm.machine != cal.machine and not moved else "")
+    return pl.Prediction(candidate=cand, step_s=step, samples_per_s=cand.batch / step, bubble=compute.mean_bubble,
+                         peak_bytes=max(memory), calibrated_on=cal.machine, predicted_for=target,
+                         comm_source=comm.source, comm_s={"tp_fsdp_per_action_s": busiest, **per_step},
+                         extrapolated="; ".join(dict.fromkeys(filter(None, [
+                             moved, off, *notes, cal.extrapolation(n, cand.micro_batch, cand.checkpoint), o_why,
+                             once_why, "" if comm.fits else comm.source]))))

@@ -1,0 +1,289 @@
+"""distbench plan across layouts: pp x dp x fsdp x tp candidates composed from a pipeline calibration
+and the target machine's collectives (bench.pipeline.plan_comm, plan_compose), each term an exact
+formula here; validation over held-out layouts with Kendall's tau and the top pick's shortfall."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from bench.cli import main
+from bench.errors import BenchError
+from bench.pipeline import plan as pl
+from bench.pipeline import plan_comm as pc
+from bench.pipeline import plan_fit as pf
+from bench.pipeline import plan_search as ps
+from bench.pipeline import plan_validate as pv
+from bench.training.replay import replay
+
+from plan_fixtures import BASE, CAL, OVERHEAD, PER_SAMPLE, TRUE, machine_meta, order_of, stored
+
+# The target machine's collectives, exact alpha-beta lines (seconds, S in bytes)
+AR = (10e-6, 1 / 1e9)  # all_reduce at 2 ranks, one node
+AG = (20e-6, 1 / 2e9)  # all_gather
+RS = (15e-6, 1 / 2e9)  # reduce_scatter
+AR_INTER = (50e-6, 1 / 1e8)  # all_reduce at 2 ranks across two nodes
+SIZES = (1024, 2**20, 2**24)
+
+# mlp-pipe (width 512, depth 8) in 2 stages of 4 blocks: one tp rank holds, per stage, a Colwise
+# block (w^2 + w) / 2 and a Rowwise one w^2 / 2 + w, twice; a whole stage is 4 (w^2 + w).
+W = 512
+P_FULL = 4 * (W * W + W)
+P_TP2 = 2 * ((W * W + W) / 2 + W * W / 2 + W)
+BOUNDARY = W * 4  # float32 activation per sample at a layer's output
+
+
+def t(line, nbytes):
+    return line[0] + nbytes * line[1]
+
+
+def comm_rows(inter=False):
+    rows = [(c, 2, "intra", s, t(line, s)) for c, line in (("all_reduce", AR), ("all_gather", AG),
+                                                           ("reduce_scatter", RS)) for s in SIZES]
+    return rows + ([("all_reduce", 2, "inter", s, t(AR_INTER, s)) for s in SIZES] if inter else [])
+
+
+def comm_run(tmp_path, name="comm", meta=None, inter=False):
+    """A stored collectives run (as distbench collectives writes it) of the exact lines above."""
+    d = tmp_path / name
+    d.mkdir()
+    pd.DataFrame([{"run_id": name, "case_id": f"{c}.{s}.{scope}", "collective": c, "world": n, "size_bytes": s,
+                   "nodes": 2 if scope == "inter" else 1, "time_median_s": y}
+                  for c, n, scope, s, y in comm_rows(inter)]).to_parquet(d / "results.parquet")
+    (d / "meta.json").write_text(json.dumps({"run_id": name, "kind": "collectives", "suite": "collectives",
+                                             **machine_meta(), **(meta or {})}))
+    return d
+
+
+def test_the_alpha_beta_of_each_collective_is_recovered_and_scaled_to_an_unmeasured_group():
+    comm = pc.fit_rows(comm_rows(inter=True), "collectives run comm")
+    f = comm.fits[("all_reduce", 2, "intra")]
+    assert (f.alpha_s, f.beta_s_per_byte) == (pytest.approx(AR[0], rel=1e-9), pytest.approx(AR[1], rel=1e-9))
+    assert comm.seconds("all_reduce", 2, 4096, "inter") == (pytest.approx(t(AR_INTER, 4096)), "")
+    assert comm.seconds("all_reduce", 1, 4096) == (0.0, "")
+    # 4 ranks from 2: alpha x (4 - 1) / (2 - 1), beta x (2 * 3 / 4) / (2 * 1 / 2) (the ring's factors)
+    got, note = comm.seconds("all_reduce", 4, 2**20)
+    assert got == pytest.approx(3 * AR[0] + 2**20 * AR[1] * 1.5) and note == "all_reduce at 4 ranks scaled from 2 (ring)"
+    got, note = comm.seconds("all_gather", 2, 4096, "inter")
+    assert got == pytest.approx(t(AG, 4096)) and note == "all_gather inter-node not measured (used intra-node)"
+    assert pc.none().seconds("all_reduce", 2, 4096) == (0.0, "all_reduce not measured in " + pc.DEFAULT + " (term 0)")
+
+
+def test_each_source_is_named_from_the_run(tmp_path):
+    assert pc.comm_of(comm_run(tmp_path, "c1")).source == "collectives run c1"
+    assert pc.comm_of(comm_run(tmp_path, "c2", {"source": {"tool": "nccl-tests"}})).source == "nccl-tests import c2"
+    sim = {"simcluster": {"nodes": [{"link_rate": "500 Mbit/s"}, {"link_rate": "500 Mbit/s"}]}}
+    assert pc.comm_of(comm_run(tmp_path, "c3", sim)).source == "simcluster link 500 Mbit/s (run c3)"
+    got = pc.comm_of(comm_run(tmp_path, "c4", inter=True))
+    assert ("all_reduce", 2, "inter") in got.fits and ("all_reduce", 2, "intra") in got.fits
+
+
+def test_a_group_wider_than_a_node_uses_the_inter_node_figures():
+    """Mesh (pp, dp, fsdp, tp), tp innermost: a tp group is tp consecutive ranks, fsdp spans tp x fsdp."""
+    assert pc.scopes(2, 1, 1, 0) == {"tp": "intra", "fsdp": "intra", "dp": "intra", "pp": "intra"}
+    assert pc.scopes(2, 2, 1, 2) == {"tp": "intra", "fsdp": "inter", "dp": "inter", "pp": "inter"}
+    assert pc.scopes(2, 1, 1, 4) == {"tp": "intra", "fsdp": "intra", "dp": "intra", "pp": "intra"}
+    assert pc.scopes(2, 1, 1, 4, tp_across=True)["tp"] == "inter"
+
+
+def _replayed(schedule, m, b, extra, tp=1, step=0.0):
+    """The pipeline of the fixtures (TRUE lines, OVERHEAD per action) replayed with each action's
+    compute / tp plus `extra[(stage, kind)]`, plus `step` once."""
+    order = order_of(schedule, 2, m)
+    return replay(order, {k: ln.at(b) / tp + OVERHEAD + extra.get(k, 0.0) for k, ln in TRUE.items()}).step_s + step
+
+
+def test_pp_x_tp_is_the_pipeline_split_over_tp_plus_its_all_reduces_and_sharded_state():
+    cals = pf.fit_layouts(CAL, order_of)
+    where = ps.Where(comm=pc.fit_rows(comm_rows(), "collectives run comm"))
+    p = ps.predict(cals, pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=4, micro_batch=256), where=where)
+    ar = t(AR, 256 * BOUNDARY)  # one all-reduce of the micro-batch's activation per pair each way, but the
+    # model's input needs no gradient: stage 0's first pair has no backward one
+    want = _replayed("1f1b", 4, 256, {(0, "F"): 2 * ar, (0, "B"): ar, (1, "F"): 2 * ar, (1, "B"): 2 * ar}, tp=2)
+    assert p.step_s == pytest.approx(want, rel=1e-6)
+    assert p.comm_source == "collectives run comm" and p.candidate.world == 4
+    # memory: base - 8 B x P_full + 8 B x P_tp2 + q x held x b x (the stage's activations under tp / alone)
+    held = pl.inflight(order_of("1f1b", 2, 4))
+    ratio = {0: (4 * W * 2 / 2 + W) / (4 * W * 2 + W), 1: 0.5}
+    want_peak = max(BASE[r] - 8 * P_FULL + 8 * P_TP2 + PER_SAMPLE * held[r] * 256 * ratio[r] for r in (0, 1))
+    assert p.peak_bytes == pytest.approx(want_peak, rel=1e-6)
+    assert "2 rank(s) per stage not calibrated" in p.extrapolated
+
+
+def test_pp_x_fsdp_gathers_the_stage_per_action_and_reduce_scatters_once():
+    cals = pf.fit_layouts(CAL, order_of)
+    where = ps.Where(comm=pc.fit_rows(comm_rows(), "collectives run comm"))
+    p = ps.predict(cals, pl.Candidate(stages=2, fsdp=2, schedule="gpipe", chunks=4, micro_batch=128), where=where)
+    ag, rs = t(AG, P_FULL * 4), t(RS, P_FULL * 4)
+    want = _replayed("gpipe", 4, 128, {(s, k): ag for s in (0, 1) for k in ("F", "B")}, step=rs)
+    assert p.step_s == pytest.approx(want, rel=1e-6)
+    assert p.comm_s["fsdp_reduce_scatter_s"] == pytest.approx(rs)
+    held = pl.inflight(order_of("gpipe", 2, 4))
+    largest = W * W + W  # one block gathered with its gradient: 8 B x the largest piece
+    want_peak = max(BASE[r] - 8 * P_FULL + 8 * P_FULL / 2 + 8 * largest + PER_SAMPLE * held[r] * 128 for r in (0, 1))
+    assert p.peak_bytes == pytest.approx(want_peak, rel=1e-6)
+
+
+def test_an_uncalibrated_dp_with_collectives_pays_the_gradient_all_reduce():
+    cals = pf.fit_layouts(CAL, order_of)
+    where = ps.Where(comm=pc.fit_rows(comm_rows(), "collectives run comm"))
+    p = ps.predict(cals, pl.Candidate(stages=2, dp=2, schedule="1f1b", chunks=4, micro_batch=128), where=where)
+    assert p.step_s == pytest.approx(_replayed("1f1b", 4, 128, {}, step=t(AR, P_FULL * 4)), rel=1e-6)
+    # without a communication calibration it stays the floor it was, and says so
+    floor = ps.predict(cals, pl.Candidate(stages=2, dp=2, schedule="1f1b", chunks=4, micro_batch=128))
+    assert floor.step_s == pytest.approx(_replayed("1f1b", 4, 128, {}), rel=1e-6)
+    assert "dp 2 not calibrated" in floor.extrapolated
+
+
+def test_without_collectives_a_composed_term_is_zero_and_marked():
+    cals = pf.fit_layouts(CAL, order_of)
+    p = ps.predict(cals, pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=4, micro_batch=256))
+    assert p.step_s == pytest.approx(_replayed("1f1b", 4, 256, {}, tp=2), rel=1e-6)
+    assert p.comm_source == pc.DEFAULT and pc.DEFAULT in p.extrapolated
+
+
+def test_tp_across_nodes_uses_the_inter_node_all_reduce():
+    cals = pf.fit_layouts(CAL, order_of)
+    comm = pc.fit_rows(comm_rows(inter=True), "collectives run comm")
+    cand = pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=4, micro_batch=256)
+    p = ps.predict(cals, cand, where=ps.Where(comm=comm, ranks_per_node=2, tp_across=True))
+    ar = t(AR_INTER, 256 * BOUNDARY)
+    assert p.step_s == pytest.approx(_replayed("1f1b", 4, 256, {(0, "F"): 2 * ar, (0, "B"): ar, (1, "F"): 2 * ar,
+                                                                (1, "B"): 2 * ar}, tp=2), rel=1e-6)
+
+
+def test_candidates_cover_every_layout_of_a_world_and_refuse_what_cannot_run():
+    cals = pf.fit_layouts(CAL, order_of)
+    cands, skipped = ps.candidates(cals, [2, 4], ["gpipe", "zbv"], [4], 1024, dps=[1, 2], tps=[1, 2], fsdps=[1, 2])
+    at4 = {c.layout for c in cands if c.world == 4}
+    assert at4 == {"pp4", "pp2 dp2", "pp2 fsdp2", "pp2 tp2"}
+    assert not any(c.dp > 1 and c.fsdp > 1 for c in cands)
+    assert any("fsdp inside the stages is refused with split-backward schedules" in s for s in skipped)
+    with pytest.raises(BenchError, match="calibration runs hold composed layouts"):
+        pf.fit_layouts([pl.Observation(**{**CAL[0].__dict__, "tp": 2})], order_of)
+
+
+def test_kendall_tau_shortfall_and_per_layout_errors_on_known_rows():
+    def row(layout_tp, chunks, pred, meas, peak=(100.0, 100.0), stages=2):
+        return {"run_id": "v", "case_id": f"c{chunks}", "candidate": f"tp{layout_tp} m={chunks}", "stages": stages,
+                "dp": 1, "tp": layout_tp, "fsdp": 1, "layout": pl.layout_label(stages, 1, layout_tp), "chunks": chunks,
+                "micro_batch": 1024 // chunks, "predicted_step_s": pred, "measured_step_s": meas,
+                "predicted_bubble": float("nan"), "measured_bubble": float("nan"),
+                "predicted_peak_bytes": peak[0], "measured_peak_bytes": peak[1], "comm_source": "collectives run c"}
+
+    # predicted throughput order 1 > 2 > 3 > 4, measured 1 > 3 > 2 > 4: 5 concordant pairs, 1 discordant
+    rows = [row(1, 1, 1.0, 1.0), row(1, 2, 2.0, 3.0), row(1, 4, 3.0, 2.0), row(1, 8, 4.0, 4.0)]
+    (sweep,) = pv.sweeps(rows)
+    assert sweep["kendall_tau"] == pytest.approx(4 / 6) and sweep["shortfall"] == 0.0
+    # the model picks pp4 (fastest predicted), measured 1024 / 2.0 = 512 beside the best 1024 / 1.0
+    rows = [row(1, 1, 1.0, 2.0, stages=4), row(2, 2, 1.5, 1.0, peak=(110.0, 100.0))]  # pp4 and pp2 x tp2: world 4
+    got = {s["layout"]: s for s in pv.sweeps(rows)}
+    assert got["2 layouts"]["shortfall"] == pytest.approx(0.5) and got["2 layouts"]["kendall_tau"] == -1.0
+    assert pv.per_layout(rows) == {"pp4": {"cases": 1, "step_mape_pct": pytest.approx(50.0),
+                                           "peak_mape_pct": pytest.approx(0.0), "comm_source": "collectives run c"},
+                                   "pp2 tp2": {"cases": 1, "step_mape_pct": pytest.approx(50.0),
+                                               "peak_mape_pct": pytest.approx(10.0),
+                                               "comm_source": "collectives run c"}}
+
+
+def _stored_tp(tmp_path, name, cals, comm, cases):
+    """A pp2 x tp2 run whose every step and peak is what the composed model says (exact)."""
+    obs = []
+    for schedule, m in cases:
+        c = pl.Candidate(stages=2, tp=2, schedule=schedule, chunks=m, micro_batch=1024 // m)
+        p = ps.predict(cals, c, where=ps.Where(comm=comm))
+        o = pl.Observation(**{**CAL[0].__dict__, "schedule": schedule, "chunks": m, "micro_batch": 1024 // m,
+                              "step_s": p.step_s, "peak_bytes": {0: p.peak_bytes, 1: p.peak_bytes},
+                              "case_id": f"{schedule}.m{m}.tp2", "run_id": name})
+        obs.append(o)
+    d = stored(tmp_path, name, obs, machine_meta(world=4))
+    res = pd.read_parquet(d / "results.parquet")
+    res["world"], res["pp_degree"], res["dp_degree"], res["fsdp_degree"], res["tp_degree"] = 4, 2, 1, 1, 2
+    res.to_parquet(d / "results.parquet")
+    return d
+
+
+def test_plan_world_4_ranks_every_layout_and_validate_judges_held_out_tp(tmp_path, capsys):
+    cal, comm_dir = stored(tmp_path, "cal", CAL), comm_run(tmp_path)
+    comm = pc.comm_of(comm_dir)
+    assert main(["plan", str(cal), "--world", "4", "--stages", "2", "--schedules", "gpipe,1f1b", "--chunks", "2,4",
+                 "--comm", str(comm_dir), "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert {p["layout"] for p in got["recommended"]} <= {"pp2 dp2", "pp2 fsdp2", "pp2 tp2"}
+    assert all(p["comm_source"] == "collectives run comm" for p in got["recommended"])
+    assert main(["plan", str(cal), "--world", "4", "--stages", "2", "--schedules", "gpipe,1f1b", "--chunks", "2,4",
+                 "--comm", str(comm_dir), "--top", "20"]) == 0
+    text = capsys.readouterr().out
+    assert "pp2 tp2 " in text and "pp2 fsdp2 " in text and "pp2 dp2 " in text and "why " in text
+    cals = pf.fit_layouts(CAL, order_of)
+    val = _stored_tp(tmp_path, "val", cals, comm, [("gpipe", 2), ("gpipe", 4), ("1f1b", 4)])
+    assert main(["plan", str(cal), "--validate", str(val), "--comm", str(comm_dir), "--out", str(tmp_path / "o"),
+                 "--format", "json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert len(v["cases"]) == 3 and v["step_mape_pct"] == pytest.approx(0.0, abs=1e-6)
+    assert v["peak_mape_pct"] == pytest.approx(0.0, abs=1e-6)
+    assert v["per_layout"]["pp2 tp2"]["comm_source"] == "collectives run comm"
+    (sweep,) = v["sweeps"]
+    assert sweep["kendall_tau"] == pytest.approx(1.0) and sweep["shortfall"] == 0.0
+
+
+# ---- the timed family's tp plan: known times / tp and one all-reduce of a known size each way ----
+
+def _timed_tp_block(info):
+    import torch
+    import torch.distributed as dist
+
+    from bench.workloads.models import TimedBlock
+
+    torch.manual_seed(0)
+    ref = TimedBlock(16, (1e-3, 2e-3, 3e-3))
+    blk = TimedBlock(16, (1e-3, 2e-3, 3e-3))
+    blk.load_state_dict(ref.state_dict())
+    blk.tp_shard(dist.group.WORLD, info.world)
+    x = torch.randn(4, 16, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    blk(x).sum().backward()
+    ref(x_ref).sum().backward()
+    return {"same_out": bool(torch.equal(blk(x.detach()), ref(x_ref.detach()))),
+            "same_grads": bool(torch.equal(x.grad, x_ref.grad) and torch.equal(blk.weight.grad, ref.weight.grad)),
+            "times": [t / blk.tp for t in blk.times], "sent": blk.sent_bytes}
+
+
+def test_the_timed_tp_plan_splits_the_known_times_and_all_reduces_the_activation_each_way():
+    from conftest import spawn
+
+    got = spawn(_timed_tp_block, 2)
+    for r in (0, 1):
+        assert got[r]["same_out"] and got[r]["same_grads"]  # the numbers are the single-process ones
+        assert got[r]["times"] == pytest.approx([0.5e-3, 1e-3, 1.5e-3])
+        # forward, backward (the input gradient: x requires it here), then the second forward: 4 x 16 x 4 B each
+        assert got[r]["sent"] == [4 * 16 * 4] * 3
+
+
+def test_a_timed_pp_x_tp_prediction_is_the_exact_replay_of_the_known_times_plus_the_all_reduces():
+    """The yardstick: calibrated on the timed pipeline alone (its known times), pp2 x tp2 is predicted
+    as the replay of the known times / 2 with one all-reduce of b x width x 4 B per block in every F,
+    B and I: what the timed tp plan runs."""
+    from bench.training.replay import exact_durations
+    from bench.workloads.models import even_balance, get_spec, split_pieces
+
+    spec = get_spec("timed")
+    bounds = split_pieces(spec, even_balance(spec.depth, 2))
+    known = exact_durations(spec, bounds, split=False)
+    obs = []
+    for schedule, m in (("gpipe", 2), ("gpipe", 4), ("1f1b", 4)):
+        order = order_of(schedule, 2, m)
+        obs.append(pl.Observation(model="timed", stages=2, schedule=schedule, chunks=m, micro_batch=8 // m,
+                                  step_s=replay(order, {k: v for k, v in known.items() if k[1] in "FB"}).step_s,
+                                  stage_s={k: v for k, v in known.items() if k[1] in "FB"},
+                                  peak_bytes={0: 1e8, 1: 1e8}, case_id=f"{schedule}{m}", run_id="cal"))
+    cals = pf.fit_layouts(obs, order_of)
+    comm = pc.fit_rows(comm_rows(), "collectives run comm")
+    p = ps.predict(cals, pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=2, micro_batch=4),
+                   where=ps.Where(comm=comm))
+    ar = t(AR, 4 * spec.width * 4)
+    exact = exact_durations(spec, bounds, split=False, tp=2)
+    # 4 blocks per stage: 4 all-reduces in every F and B, but 3 in stage 0's B (block 0's input needs no gradient)
+    ars = {(0, "F"): 4, (0, "B"): 3, (1, "F"): 4, (1, "B"): 4}
+    want = replay(order_of("1f1b", 2, 2), {key: exact[key] + n * ar for key, n in ars.items()}).step_s
+    assert p.step_s == pytest.approx(want, rel=1e-6)
