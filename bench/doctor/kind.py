@@ -6,7 +6,10 @@ within each node and across one rank per node). After the launch the verdict
 (bench.doctor.verdict) is stored as the `doctor_suspects` table; suspects found exit 1.
 """
 
+import socket
+from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -183,10 +186,32 @@ def _groups(launch, nodes, names) -> dict:
     return {"results": results}
 
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def machine_id() -> str:
+    """The running kernel's boot id: ranks on two 'nodes' that share it share one machine's cores
+    (a simulated cluster's namespaces, containers); the host name where it cannot be read."""
+    try:
+        return BOOT_ID.read_text().strip() or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
+def sharing_cores(machines: list[str], facts: list[dict], device_type: str) -> bool:
+    """More CPU ranks on one machine (one kernel) than it has cores, whatever their host names say:
+    the launch's own flag counts the ranks of a node, and a simulated cluster's nodes are one machine."""
+    if device_type == "cuda":
+        return False
+    per = Counter(machines)
+    return any(n > int(facts[machines.index(m)].get("cores") or 1) for m, n in per.items())
+
+
 def measure(unit: Unit, launch) -> dict:
     """Every rank; rows on rank 0."""
     hosts = launch.hosts
     names, nodes = nodes_of(hosts)
+    shared = sharing_cores(launch.comm.gather_object(machine_id()), launch.facts, launch.info.device.type)
     with launch.tel.case(f"doctor.{unit.name}", size_bytes=0, placement=PLACEMENT) as tc:
         if unit.name == "pairs":
             tables = _pairs(launch, nodes, hosts)
@@ -196,6 +221,8 @@ def measure(unit: Unit, launch) -> dict:
             tables = _groups(launch, nodes, names)
     for row in tables.get("results", []):
         row.update(tc.summary)
+        if shared and not row["oversubscribed"]:
+            row.update(oversubscribed=True, degraded="oversubscribed: ranks of several nodes share one machine's cores")
     return tables
 
 

@@ -212,7 +212,7 @@ def rank_link_suspects(pairs: pd.DataFrame, th: Thresholds, latency: bool = True
                 else:
                     text = f"{fmt_s(v)} one-way, median of {where} pairs {fmt_s(med)}, {fmt_mads(m)} above (+{v / med - 1:.0%})"
                     factor, name = v / med, f"latency rank {s} {arrow} rank {d}"
-                out.append(Suspect(name=name, scope=scope, factor=factor, mads=m, evidence=f"{name}: {text}",
+                out.append(Suspect(name=name, scope="rank-link" if col == "bw" else "latency", factor=factor, mads=m, evidence=f"{name}: {text}",
                                    explains=((s, d), (d, s)) if both else ((s, d),)))
     return out
 
@@ -226,7 +226,7 @@ def diagnose(pairs: pd.DataFrame, comp: pd.DataFrame, th: Thresholds, groups: pd
     for step in (node_suspects, node_link_suspects):
         new = step(left[left["cls"] == "inter"], th)
         explained = {p for s in new for p in s.explains}
-        left = left[[(s, d) not in explained for s, d in zip(left["src"], left["dst"])]]
+        left = left[np.array([(s, d) not in explained for s, d in zip(left["src"], left["dst"])], dtype=bool)]
         found += new
     found += rank_link_suspects(left, th, latency_judged(th, oversubscribed))
     if groups is not None and th.group_factor > 0:
