@@ -212,13 +212,13 @@ def _plan(args, cals: dict, obs: list[pl.Observation], limit: float | None, targ
                          f"{','.join(map(str, stages))}, --dp {args.dp or ','.join(map(str, sorted(cals)))}, "
                          f"--fsdp {args.fsdp}, --tp {args.tp})")
     if args.format == "json":
-        _print_plan_json(cals, found, target, args.top)
+        _print_plan_json(cals, found, target, args.top, where)
     else:
-        _print_plan(cals, found, target, to, how, args.top, args.memory_limit)
+        _print_plan(cals, found, target, to, how, args.top, args.memory_limit, where)
     return 0
 
 
-def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int):
+def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where: Where):
     cal = next(iter(cals.values()))
     links = {k: {"alpha_s": w.alpha_s, "beta_bytes_per_s": w.bandwidth_bytes_per_s, "source": w.source}
              for k, w in (("p2p", cal.link), ("target_p2p", target)) if w is not None}
@@ -227,13 +227,13 @@ def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int):
                                              for (r, n), v in c.overhead.items()},
                    "overhead_per_step_s": {pl.layout_label(r, c.dp): v for c in cals.values()
                                            for r, v in c.step_overhead.items()},
-                   **links}
+                   "comm_source": where.comm.source, "ranks_per_node": where.ranks_per_node, **links}
     print(json.dumps({"prediction": True, "calibration": calibration,
                       "recommended": [as_dict(p) for p in found.best[:top]],
                       "over_memory_limit": [as_dict(p) for p in found.over], "skipped": found.skipped}, indent=1))
 
 
-def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, top: int, memory_limit):
+def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, top: int, memory_limit, where: Where):
     cal = next(iter(cals.values()))
     print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on "
           f"{sum(c.cases for c in cals.values())} case(s) of {len(calibration_runs(cals))} run(s) on {cal.machine}, "
@@ -241,13 +241,19 @@ def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, to
           + "; overhead per action " + ", ".join(f"{pl.layout_label(r, c.dp)} {n} {v * 1e6:.0f} us"
                                                  for c in cals.values() for (r, n), v in c.overhead.items())
           + "; per step " + _per_step(cals))
+    if any(p.comm_s for p in found.preds):
+        print(f"communication of the composed layouts (tp, fsdp, uncalibrated dp): {where.comm.source}"
+              + (f"; {where.ranks_per_node} rank(s) per node" if where.ranks_per_node else "; one node")
+              + ("; tp across nodes" if where.tp_across else ""))
     if cal.link:
         print(f"p2p between pipeline ranks (alpha-beta, {cal.boundary_bytes:.0f} bytes per sample at a stage boundary): "
               f"calibrated {cal.link.label()}" + (f"; predicted with {target.label()}" if target else ""))
     print(f"{'#':>2}  {'candidate':<32} {'step ms':>9} {'samples/s':>10} {'bubble':>7} {'peak/rank':>10}  note")
     for i, p in enumerate(found.best[:top], 1):
         print(f"{i:>2}  {p.candidate.label:<32} {p.step_s * 1e3:>9.2f} {p.samples_per_s:>10.1f} {p.bubble:>7.1%} "
-              f"{mib(p.peak_bytes):>10}  {('extrapolated: ' + p.extrapolated) if p.extrapolated else ''}")
+              f"{mib(p.peak_bytes):>10}  " + "; ".join(filter(None, [
+                  f"comm: {p.comm_source}" if p.comm_s else "",
+                  f"extrapolated: {p.extrapolated}" if p.extrapolated else ""])))
     if found.best:
         print(why(found.best[0], found.preds))
     for p in found.over:

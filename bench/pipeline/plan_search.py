@@ -46,15 +46,15 @@ def _why_not(spec, sch, p: int, m: int, batch: int, dp: int, fsdp: int, tp: int)
 
 
 def candidates(cals: dict, stages, schedules, chunks, batch, checkpoints=None,
-               dps=None, tps=(1,), fsdps=(1,)) -> tuple[list[pl.Candidate], list[str]]:
+               dps=None, tps=(1,), fsdps=(1,), worlds=None) -> tuple[list[pl.Candidate], list[str]]:
     """Every (pipeline ranks, dp, fsdp, tp, schedule, chunks, checkpoint mode) that can run the
-    mini-batch: each data-parallel slice (dp x fsdp of them) takes batch / (dp x fsdp) samples in
-    `chunks` micro-batches; the tp ranks of a stage share theirs."""
+    mini-batch (at `worlds` only, where given): each data-parallel slice (dp x fsdp of them) takes
+    batch / (dp x fsdp) samples in `chunks` micro-batches; the tp ranks of a stage share theirs."""
     spec = get_spec(next(iter(cals.values())).model) if any(t > 1 for t in tps) else None
     out, skipped = [], []
     for dp, fsdp, tp in _layouts(dps or sorted(cals), fsdps, tps):
         modes = checkpoints or pl.layout_for(cals, dp * fsdp * tp).checkpoints
-        for p in stages:
+        for p in (p for p in stages if not worlds or p * dp * fsdp * tp in worlds):
             where = pl.layout_label(p, dp, tp, fsdp)
             for name in schedules:
                 sch = scheds.get(name)
@@ -101,9 +101,7 @@ def search(cals: dict, *, stages, schedules, chunks, batch, checkpoints=None, dp
            worlds=None, link: pl.Link | None = None, to: str = "", how: str = "", memory_limit: float | None = None,
            where: Where | None = None) -> Ranked:
     """Every candidate (at `worlds` only, where given), predicted and ranked by throughput."""
-    cands, skipped = candidates(cals, stages, schedules, chunks, batch, checkpoints, dps, tps, fsdps)
-    if worlds:
-        cands = [c for c in cands if c.world in worlds]
+    cands, skipped = candidates(cals, stages, schedules, chunks, batch, checkpoints, dps, tps, fsdps, worlds)
     preds = [predict(cals, c, link=link, to=to, how=how, where=where) for c in cands]
     best, over = pl.recommend(preds, memory_limit)
     return Ranked(best=best, over=over, skipped=skipped, preds=preds)
