@@ -170,7 +170,7 @@ def test_every_import_inside_a_function_says_why_it_is_lazy():
 # ---------------------------------------------------------------------------------------------
 # Issue 19: the Kind is a closed plug. Generic code asks the registry and never names a kind.
 
-KIND_DIRS = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.pipeline")
+KIND_DIRS = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.pipeline", "bench.doctor")
 REGISTRY_MODULE = "bench.kinds"  # the one module that lists the kinds
 GENERIC = ("bench.harness", "bench.results", "bench.regress", "bench.report", "bench.training", "bench.sweep", "bench.distributed", "bench.timing", "bench.telemetry",
            "bench.preflight", "bench.kind", "bench.cli", "bench.options", "bench.suite", "bench.units", "bench.registry",

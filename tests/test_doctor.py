@@ -219,7 +219,7 @@ def test_probe_shape_and_flops():
 
 
 def test_ranks_of_several_nodes_on_one_machine_share_its_cores():
-    from bench.doctor.kind import sharing_cores
+    from bench.doctor.measure import sharing_cores
 
     facts = [{"cores": 2}] * 8
     assert sharing_cores(["boot"] * 8, facts, "cpu")  # a simulated cluster: 8 ranks, one kernel, 2 cores
