@@ -7,8 +7,10 @@ the real ones (namespaces, a real cgroup) are slow-marked and skip without root.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from bench.cli import main
 from bench.errors import BenchError
 from bench.simcluster import cpu, net
 from bench.simcluster.net import Network, parse_links
+from bench.simcluster.run import SimCluster
 from conftest import ROOT
 from test_simcluster import _id, _left, needs_root
 
@@ -184,6 +187,22 @@ def test_the_watcher_moves_only_the_rank_it_wants(tmp_path):
     assert cpu.rank_of(environ[13], run) is None
 
 
+def test_a_quota_never_applied_is_a_warning_and_an_applied_one_says_what_it_did(tmp_path):
+    v1 = _fake_v1(tmp_path)
+    qs = cpu.parse_quotas(["rank1=25%", "rank2=10%"], nodes=2, ranks_per_node=2, ncpus=2)
+    c = SimCluster([10**9, 10**9], 2, quotas=qs, controller=cpu.Controller(v1, 1))
+    rank1, rank2 = c.groups
+    rank1.create()
+    (rank1.path / "cpu.stat").write_text("nr_periods 50\nnr_throttled 20\nthrottled_time 900000000\n")
+    rank1.pids, rank1.applied_s = [4242], 0.3
+    assert c.quota_lines() == [
+        f"rank1=25% of one CPU: pid 4242 in dbsc-{c.net.id}-rank1 after 0.3 s; throttled in 20 of 50 periods",
+        f"warning: --cpu-quota-of rank2=10% of one CPU was never applied: no process of rank2 appeared in node1's "
+        f"namespace (or none could join {v1}/dbsc-{c.net.id}-rank2)"]
+    facts = c.facts(["distbench", "collectives"])["cpu_quotas"]
+    assert [(f["target"], f["applied"], f["pids"]) for f in facts] == [("rank1", True, [4242]), ("rank2", False, [])]
+
+
 def test_stale_cgroups_of_dead_owners_are_removed(tmp_path):
     v1 = _fake_v1(tmp_path)
     for name in ("dbsc-dead-rank1", "dbsc-live-rank1"):
@@ -273,3 +292,39 @@ def test_the_stored_run_records_pairs_and_quotas(tmp_path):
     assert (q["target"], q["rank"], q["node"], q["percent_of_one_cpu"], q["applied"]) == ("rank3", 3, "node1", 50.0, True)
     assert len(q["pids"]) >= 1 and q["cgroup"].endswith(f"dbsc-{_id(r.stderr)}-rank3")
     assert _left(_id(r.stderr)) == []
+
+
+@needs_root
+@pytest.mark.slow
+def test_sigterm_with_a_quota_leaves_no_cgroup(tmp_path):
+    if cpu.find_controller() is None:
+        pytest.skip("no writable cgroup cpu controller here")
+    script = tmp_path / "hold.py"
+    script.write_text("import os, sys, time\nsys.stdout.write(f\"holding {os.environ['RANK']}\\n\")\n"
+                      "sys.stdout.flush()\ntime.sleep(600)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "bench", "simcluster", "--nodes", "2", "--link", "200mbit",
+                          "--cpu-quota-of", "rank1=50%,node0=50%", "--", str(script)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    root = cpu.find_controller().root
+    try:
+        held = 0
+        for line in p.stdout:
+            held += line.count("holding")
+            if held == 2:
+                break
+        for _ in range(100):  # the watcher has moved rank 1 in (it polls every 0.1 s)
+            if list(root.glob("dbsc-*-rank1")) and (next(root.glob("dbsc-*-rank1")) / "cgroup.procs").read_text():
+                break
+            time.sleep(0.1)
+        made = sorted(d.name for d in root.glob("dbsc-*") if d.is_dir())
+        p.send_signal(signal.SIGTERM)
+        code = p.wait(timeout=120)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    id_ = _id(err)
+    assert code == 128 + signal.SIGTERM, err[-2000:]
+    assert f"dbsc-{id_}-rank1" in made and f"dbsc-{id_}-node0" in made, made
+    assert not list(root.glob(f"dbsc-{id_}-*")) and _left(id_) == []
