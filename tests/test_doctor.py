@@ -346,3 +346,12 @@ def test_heatmaps_outline_the_suspects(tmp_path):
     assert [i.file for i in sec.images] == ["doctor-bandwidth-r1.png", "doctor-latency-r1.png"]
     assert all((tmp_path / i.file).stat().st_size > 0 for i in sec.images)
     assert "link node1 &lt;-&gt; node2" in sec.tables[0][1]
+
+
+def test_the_matmul_probe_runs_on_one_thread_and_restores_the_thread_count():
+    import torch
+
+    before = torch.get_num_threads()
+    probe = doctor_compute.Matmul(torch.device("cpu"), 32, torch.float32, 2)
+    assert probe.rep() > 0 and torch.get_num_threads() == before
+    assert torch.equal(probe.out, probe.a @ probe.b)

@@ -22,29 +22,30 @@ def flops(n: int) -> float:
     return 2.0 * n ** 3
 
 
-def time_matmul(device, n: int, dtype, reps: int, iters: int, warmup: int = 1) -> list[float]:
-    """Seconds per matmul of each of `reps` timed repetitions of `iters` matmuls (CUDA events on GPU;
-    on CPU one thread, the thread count restored after), after `warmup` untimed repetitions."""
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    out = torch.empty(n, n, device=device, dtype=dtype)
-    threads = torch.get_num_threads()
-    if device.type != "cuda":
-        torch.set_num_threads(1)  # the same work on every rank, whatever its thread count
-    try:
-        timer = make_timer(device)
-        times = []
-        for i in range(warmup + reps):
-            timer.start()
-            for _ in range(iters):
-                torch.mm(a, b, out=out)
-            t = timer.stop() / iters
-            if i >= warmup:
-                times.append(t)
-        return times
-    finally:
-        torch.set_num_threads(threads)
+class Matmul:
+    """The probe's fixed work: `iters` n x n matmuls of fixed inputs per repetition."""
+
+    def __init__(self, device, n: int, dtype, iters: int):
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        self.a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+        self.b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+        self.out = torch.empty(n, n, device=device, dtype=dtype)
+        self.device, self.iters = device, iters
+        self.timer = make_timer(device)
+
+    def rep(self) -> float:
+        """Seconds per matmul of one repetition (CUDA events on GPU; on CPU one thread, the thread
+        count restored after: the same work on every rank, whatever its thread count)."""
+        threads = torch.get_num_threads()
+        if self.device.type != "cuda":
+            torch.set_num_threads(1)
+        try:
+            self.timer.start()
+            for _ in range(self.iters):
+                torch.mm(self.a, self.b, out=self.out)
+            return self.timer.stop() / self.iters
+        finally:
+            torch.set_num_threads(threads)
 
 
 def gpu_clocks(device, module=None) -> dict:

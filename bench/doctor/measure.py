@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.doctor.compute import flops, gpu_clocks, probe_shape, time_matmul
+from bench.doctor.compute import Matmul, flops, gpu_clocks, probe_shape
 from bench.doctor.probe import node_groups, run_rounds, time_group
 from bench.doctor.schedule import INTER, INTRA, nodes_of, rounds_for
 from bench.timing.stats import algbw_gbps, summarize
@@ -57,11 +57,17 @@ def _compute(launch, hosts) -> dict:
     cfg, info = launch.job.config, launch.info
     n, dtype, iters = probe_shape(info.device, cfg.compute_n, cfg.compute_iters)
     mode = cfg.compute_mode if cfg.compute_mode != "auto" else ("all" if info.device.type == "cuda" else "each")
+    probe = Matmul(info.device, n, dtype, iters)
     times: list[float] = []
-    for turn in range(info.world if mode == "each" else 1):
-        launch.comm.barrier()
-        if mode == "all" or turn == info.rank:
-            times = time_matmul(info.device, n, dtype, cfg.compute_reps, iters)
+    # repetitions outer, turns inner: a burst of load from outside hits one repetition of several
+    # ranks, not every repetition of the rank whose turn it was
+    for rep in range(1 + cfg.compute_reps):
+        for turn in range(info.world) if mode == "each" else (None,):
+            launch.comm.barrier()
+            if turn in (None, info.rank):
+                t = probe.rep()
+                if rep >= 1:  # the first repetition warms up
+                    times.append(t)
     every = launch.comm.gather_object((times, gpu_clocks(info.device)))
     if info.rank != 0:
         return {}

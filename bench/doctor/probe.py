@@ -41,7 +41,8 @@ def _one_way(me: int, peer: int, sender: bool, buf: torch.Tensor, ack: torch.Ten
 
 def run_rounds(rounds: list[Round], rank: int, device, sizes: tuple[int, int], reps: int, warmup: int,
                barrier) -> tuple[dict, dict]:
-    """Every round, both phases (a -> b, then b -> a), both sizes (small: ping-pong, large: one way):
+    """Every round, both phases (a -> b, then b -> a), both sizes (small: ping-pong, large: one way),
+    `warmup + reps` times:
     ({(src, dst, size): [seconds per rep]} of the pairs this rank sent from, {(src, dst, size): wrong
     elements} of the pairs this rank received on, checked after the last repetition).
     Every rank passes every barrier (ranks without a partner in a round just wait there); a
@@ -54,19 +55,21 @@ def run_rounds(rounds: list[Round], rank: int, device, sizes: tuple[int, int], r
     got = {s: torch.empty_like(mine[s]) for s in sizes}
     out: dict = {}
     wrong: dict = {}
-    for rnd in rounds:
-        role = rnd.partner(rank)
-        for phase in (0, 1):
-            for size in (small, large):
-                for rep in range(warmup + reps):
+    # repetitions outer, rounds inner: every pair's repetitions are spread over the whole
+    # measurement, so a burst of load from outside slows one repetition of many pairs, not every
+    # repetition of the pairs of one round
+    for rep in range(warmup + reps):
+        for rnd in rounds:
+            role = rnd.partner(rank)
+            for phase in (0, 1):
+                for size in (small, large):
                     barrier()
                     if role is None:
                         continue
                     peer, is_a = role
                     sender = is_a == (phase == 0)
                     if size == small:
-                        buf = mine[size] if sender else got[size]
-                        t = _ping_pong(rank, peer, sender, buf, timer)
+                        t = _ping_pong(rank, peer, sender, mine[size] if sender else got[size], timer)
                     else:
                         t = _one_way(rank, peer, sender, mine[size] if sender else got[size], ack, timer)
                     if sender and rep >= warmup:
