@@ -11,10 +11,7 @@ import argparse
 import dataclasses
 import sys
 
-import torch
-
 import bench.kinds  # noqa: F401  (registers every benchmark kind)
-from bench import preflight
 from bench.collectives.imports import cli as import_cli
 from bench.overhead import cli as telemetry_cli
 from bench.pipeline import plan_cli
@@ -26,10 +23,8 @@ from bench.simcluster import cli as simcluster_cli
 from bench.distributed.env import (check_world, gpu_layout, launcher_world, ranks_per_node, resolve_backend,
                                    select_device, torch_env)
 from bench.distributed.launch import launched_externally
-from bench.distributed.verdict import Verdict
 from bench.errors import USAGE_EXIT, BenchError
 from bench.harness import KINDS, Kind
-from bench.harness.run import dry_run, is_rank_zero, run
 from bench.options import Parser, add_common
 from bench.suite import int_list, load_suite, resolve_suite
 
@@ -69,7 +64,8 @@ def cmd_list(args) -> int:
 
 def configure(kind: Kind, args):
     """(config, backend, worlds) from the suite and the options, checked against the launcher."""
-    cfg = load_suite(resolve_suite(args.suite or kind.name, kind.name), kind.config, kind.name, kind.options(args))
+    cfg = load_suite(resolve_suite(args.suite or kind.name, kind.name), kind.config_class(), kind.name,
+                     kind.options(args))
     asked = int_list(args.world, "world size")
     external = launcher_world() if launched_externally() else None
     if external is not None:  # torchrun / srun / mpirun chose the world: the suite's list is for self-launch
@@ -93,6 +89,9 @@ def _with_worlds(cfg, worlds):
 
 
 def cmd_kind(kind: Kind, args) -> int:
+    from bench.distributed.verdict import Verdict  # lazy: torch: a launch only, never a command that reads
+    from bench.harness.run import dry_run, run  # lazy: torch: a launch only, never a command that reads
+
     with Verdict() as verdict:  # under torchrun / srun: a rank's refusal reaches every rank (bench.distributed.verdict)
         cfg, backend, worlds = configure(kind, args)
         verdict.timeout_s = cfg.timeout_s
@@ -112,6 +111,11 @@ def preflight_checks(kind: Kind, cfg, backend: str, plan):
     GPU) and checks that GPU's free memory; ranks divide it only when the launcher really puts
     several on one GPU (gpu_layout). A self-launching process owns no GPU and makes no CUDA call:
     it reads the free memory of the GPUs its ranks will use from NVML (no CUDA context)."""
+    import torch  # lazy: torch: a launch only, never a command that reads
+
+    from bench import preflight  # lazy: torch: a launch only, never a command that reads
+    from bench.harness.run import is_rank_zero  # lazy: torch: a launch only, never a command that reads
+
     preflight.check_writable(cfg.out)
     local = ranks_per_node()
     for lp in plan.launches:

@@ -131,6 +131,26 @@ def drawn_by(module: str, name: str, *args, **kwargs) -> Callable:
     return draw
 
 
+def later(module: str, name: str) -> Callable:
+    """`module`'s `name` (a dotted path: "MEMORY.need"), imported when first called: what a kind
+    does only when it launches (units, measure, plan, memory) imports torch, which a command that
+    reads stored runs or prints help (runs, show, report, `--help`) should not pay at its start."""
+
+    def call(*args, **kwargs):
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        return obj(*args, **kwargs)
+
+    call.__qualname__ = f"{module}.{name}"
+    return call
+
+
+def memory_later(module: str, name: str = "MEMORY") -> Memory:
+    """`module`'s Memory (`name`), imported when preflight first asks (see `later`)."""
+    return Memory(need=later(module, f"{name}.need"), fits=later(module, f"{name}.fits"))
+
+
 def one_launch_per_world(cfg, backend: str, worlds) -> Plan:
     return Plan(launches=[LaunchPlan(world=w, config=cfg) for w in worlds])
 
@@ -146,7 +166,7 @@ class Kind:
     name: str
     module: str  # the module that defines it as KIND (pass __name__)
     help: str
-    config: type  # a bench.suite.RunConfig subclass
+    config: type | str  # a bench.suite.RunConfig subclass, or "module:Class" (imported when a launch configures)
     tables: tuple[str, ...]  # the tables its runs hold (bench.results.schema.TABLES keys)
     columns: dict = field(default_factory=dict)  # {table: {column: dtype}} this kind adds to the generic
     # tables or brings of its own (bench.results.schema.TABLES merges them; the schema file names no kind)
@@ -173,6 +193,13 @@ class Kind:
 
     def __reduce__(self):
         return (_kind_of_module, (self.module,))
+
+    def config_class(self) -> type:
+        """The config class (`config`, imported here when it names one "module:Class")."""
+        if not isinstance(self.config, str):
+            return self.config
+        module, _, name = self.config.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 KINDS: Registry[Kind] = Registry("benchmark kind")

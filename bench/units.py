@@ -1,32 +1,31 @@
-"""Sizes with K/M/G suffixes (powers of 1024), dtypes and reduce ops by name."""
+"""Sizes with K/M/G suffixes (powers of 1024), dtypes and reduce ops by name.
 
+torch is imported where a dtype or a reduce op is made (parse_dtype, torch_op, DTYPES,
+EXACT_INT_LIMIT), not with this module: the sizes serve every command, and a command that reads
+stored runs or prints help never imports torch."""
+
+from __future__ import annotations
+
+import functools
 import re
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from bench.errors import BenchError, unknown
+
+if TYPE_CHECKING:
+    import torch
 
 _SUFFIX = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-}
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "uint8")  # torch's names
 DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
                  "fp64": "float64", "double": "float64", "float": "float32", "int": "int32"}
 
-# Largest integer n such that every integer in [0, n] is exact in the dtype.
-EXACT_INT_LIMIT = {
-    torch.float32: 2**24, torch.float16: 2**11, torch.bfloat16: 2**8, torch.float64: 2**53,
-    torch.int64: 2**62, torch.int32: 2**31 - 1, torch.int8: 127, torch.uint8: 255,
+# Largest integer n such that every integer in [0, n] is exact in the dtype (EXACT_INT_LIMIT: by torch dtype).
+EXACT_INT_LIMIT_BY_NAME = {
+    "float32": 2**24, "float16": 2**11, "bfloat16": 2**8, "float64": 2**53,
+    "int64": 2**62, "int32": 2**31 - 1, "int8": 127, "uint8": 255,
 }
 
 REDUCE_OPS = ("sum", "avg", "max", "min", "product")
@@ -103,11 +102,26 @@ def format_size(n: int) -> str:
     return str(n)
 
 
+@functools.cache
+def _torch_tables() -> dict:
+    import torch  # lazy: see the module docstring
+
+    return {"DTYPES": {n: getattr(torch, n) for n in DTYPE_NAMES},
+            "EXACT_INT_LIMIT": {getattr(torch, n): v for n, v in EXACT_INT_LIMIT_BY_NAME.items()}}
+
+
+def __getattr__(name: str):
+    """DTYPES ({name: torch.dtype}) and EXACT_INT_LIMIT ({torch.dtype: n}), made on first use (PEP 562)."""
+    if name in ("DTYPES", "EXACT_INT_LIMIT"):
+        return _torch_tables()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def parse_dtype(name: str) -> torch.dtype:
     key = DTYPE_ALIASES.get(str(name).lower(), str(name).lower())
-    if key not in DTYPES:
-        raise unknown("dtype", name, DTYPES)
-    return DTYPES[key]
+    if key not in DTYPE_NAMES:
+        raise unknown("dtype", name, DTYPE_NAMES)
+    return _torch_tables()["DTYPES"][key]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -122,5 +136,7 @@ def parse_op(name: str) -> str:
 
 
 def torch_op(name: str):
+    import torch.distributed as dist  # lazy: see the module docstring
+
     return {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
             "min": dist.ReduceOp.MIN, "product": dist.ReduceOp.PRODUCT}[name]

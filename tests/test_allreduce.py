@@ -17,7 +17,8 @@ import bench.allreduce.ring as ring_mod
 from bench.allreduce import REGISTRY, Plan
 from bench.allreduce.analysis import analyse
 from bench.allreduce.config import AllreduceConfig
-from bench.allreduce.kind import KIND, plan
+from bench.allreduce.cases import plan
+from bench.allreduce.kind import KIND
 from bench.allreduce.model import measured_crossover, model_crossover, n_half
 from bench.allreduce.ring import default_chunk_bytes
 from bench.cli import main

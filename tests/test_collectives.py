@@ -11,7 +11,8 @@ from bench.collectives import REGISTRY, Ctx
 from bench.collectives.all_reduce import AllReduce
 from bench.collectives.base import (arange, avg_ulp_bound, expected_range, move_range, move_values, reduce_expected,
                                     reduce_range, reduce_values, wrong_elements)
-from bench.collectives.kind import KIND, check
+from bench.collectives.cases import check
+from bench.collectives.kind import KIND
 from bench.results.store import load_run
 from conftest import assert_usage_error, run_cli, spawn
 

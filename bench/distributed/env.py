@@ -12,16 +12,19 @@ Precedence: torchrun's own variables, then MPI's (they are per process; a Slurm 
 an mpirun-started process may be the allocation's or the daemon's), then Slurm's.
 """
 
+from __future__ import annotations
+
 import datetime
 import os
 import re
 from dataclasses import dataclass
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from bench.errors import BenchError, unknown
 from bench.suite import int_list
+
+if TYPE_CHECKING:
+    import torch
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_MASTER_PORT = 29500
@@ -254,6 +257,8 @@ def resolve_worlds(args_world, cfg_world, env=os.environ) -> tuple[int, ...]:
 
 def resolve_backend(requested: str, env_has_cuda: bool | None = None) -> str:
     """'auto' -> nccl when CUDA is present, else gloo. nccl without CUDA is an error."""
+    import torch  # lazy: only for a launch (the launcher readers here serve every command)
+
     has_cuda = torch.cuda.is_available() if env_has_cuda is None else env_has_cuda
     if requested not in BACKENDS:
         raise unknown("backend", requested, BACKENDS)
@@ -282,6 +287,8 @@ def gpu_layout(env=os.environ, gpus: int | None = None, world: int | None = None
       (cuda:LOCAL_RANK % GPUs), ceil(local ranks / GPUs) of them on one: the only case in which
       ranks really share a GPU (check_world refuses it otherwise).
     Device-less CUDA queries only (device_count): no context is created on any GPU."""
+    import torch  # lazy: only for a launch (the launcher readers here serve every command)
+
     gpus = torch.cuda.device_count() if gpus is None else gpus
     t = torch_env(env) or {}
     local_rank = int(t.get("LOCAL_RANK", env.get("LOCAL_RANK", 0)))
@@ -303,6 +310,8 @@ def check_world(world: int, backend: str, env=os.environ, nnodes=None, gpus: int
     Slurm task or MPI process that sees exactly one GPU uses that one (gpu_layout).
     `nnodes` is accepted for old callers and ignored (nothing sets NNODES).
     """
+    import torch  # lazy: only for a launch (the launcher readers here serve every command)
+
     if world < 1:
         raise BenchError(f"world size {world} must be >= 1")
     if backend != "nccl":
@@ -339,6 +348,8 @@ def select_device(backend: str, env=os.environ) -> torch.device:
     """This rank's device, made current: with nccl torch.cuda.set_device(cuda:N) (gpu_layout) is
     the first call that touches a GPU, so NCCL, the caching allocator and mem_get_info() all
     work on this rank's own device and no context is created on another; cpu for gloo."""
+    import torch  # lazy: only for a launch (the launcher readers here serve every command)
+
     if backend != "nccl":
         return torch.device("cpu")
     device = torch.device("cuda", gpu_layout(env)[0])
@@ -376,6 +387,9 @@ def adopt_launcher_env(env=os.environ) -> str | None:
 
 def init_rank(backend: str, timeout_s: float) -> RankInfo:
     """Set device and threads from the environment, then init the default process group."""
+    import torch  # lazy: only for a launch (the launcher readers here serve every command)
+    import torch.distributed as dist  # lazy: only for a launch (the launcher readers here serve every command)
+
     adopt_launcher_env(os.environ)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

@@ -4,8 +4,6 @@ when torchrun, mpirun or Slurm already started us."""
 import os
 import uuid
 
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
 from bench.distributed.env import init_rank, launcher
 
 
@@ -20,6 +18,8 @@ def launch(fn, args: tuple, nproc: int) -> dict:
     rdzv c10d at localhost:0 picks a free port; max_restarts=0 because a benchmark that
     silently restarts measures the wrong thing.
     """
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # lazy: a launch only (launched_externally serves every command)
+
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"distbench-{uuid.uuid4().hex[:8]}",
         rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,

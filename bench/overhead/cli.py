@@ -9,8 +9,6 @@ from bench.distributed.launch import launch, run_in_group
 from bench.errors import BenchError, unknown
 from bench.options import deprecated
 from bench.overhead.measure import analyse, rank_main
-from bench.timing.loop import MODES
-from bench.units import parse_size_list
 
 FORMATS = ("table", "json")
 
@@ -37,6 +35,9 @@ def add_parser(sub):
 
 
 def cmd_overhead(args) -> int:
+    from bench.timing.loop import MODES  # lazy: torch, for this command only (not for `distbench --help`)
+    from bench.units import parse_size_list  # lazy: torch, for this command only (not for `distbench --help`)
+
     if args.mode not in MODES:
         raise unknown("timing mode", args.mode, MODES)
     for name, v in (("--repeats", args.repeats), ("--nproc", args.world)):

@@ -5,25 +5,24 @@ calibrated replay; one unit per case, then (once) the one-process micro-batch ef
 import dataclasses
 
 from bench.errors import BenchError
-from bench.kind import KINDS, Kind, Reading, Report, drawn_by
+from bench.kind import KINDS, Kind, Reading, Report, drawn_by, later, memory_later
 from bench.options import add_training_options, ints, overrides
 from bench.pipeline.columns import COLUMNS
-from bench.pipeline.config import PipelineConfig, expand_pipeline
 from bench.training.dims import arithmetic
-from bench.training.measure import efficiency_curve, measure
-from bench.training.memory import memory_of
 from bench.training.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
 from bench.training.schedules import SCHEDULES
 from bench.training.summary import StrategiesLive, strategies_summary
+
+CASES = "bench.pipeline.cases"  # the launch side (units, memory, the efficiency curve): torch, imported when needed
 
 
 def add_options(p):
     add_training_options(p)
     p.add_argument("--chunks", default=None, help="micro-batches per mini-batch, comma list, e.g. 1,4,8")
     p.add_argument("--schedule", "--schedules", dest="schedules", default=None,
-                   help="comma list of " + ",".join(SCHEDULES) + " (torch's names too, e.g. ZBVZeroBubble)")
+                   help="schedules, comma list of " + ",".join(SCHEDULES) + " (torch's names too, e.g. ZBVZeroBubble)")
     p.add_argument("--stages", default=None, help="pipeline ranks, comma list")
-    p.add_argument("--checkpoint", default=None, help="always,except_last,never")
+    p.add_argument("--checkpoint", default=None, help="activation checkpointing: always,except_last,never")
     p.add_argument("--micro-batch", dest="micro_batch", default=None,
                    help="fixed micro-batch size(s): mini-batch = micro-batch x chunks")
     p.add_argument("--model", default=None, help="model preset, e.g. mlp-pipe, gpt-tiny")
@@ -49,21 +48,7 @@ def options(args) -> dict:
     return ov
 
 
-def units(cfg: PipelineConfig, world: int, meta: dict):
-    cases, notes = expand_pipeline(cfg)
-    return [c for c in cases if c.world == world], notes
-
-
-def efficiency(cfg: PipelineConfig, launch) -> dict | None:
-    """Rank 0, once (at the smallest world): the micro-batch efficiency curve; others wait."""
-    if not cfg.efficiency or launch.info.world != min(cfg.worlds()):
-        return None
-    rows = efficiency_curve(cfg, launch.info.device, launch.run_id, launch.info.world) if launch.info.rank == 0 else []
-    launch.comm.barrier()
-    return {"microbatch_efficiency": rows}
-
-
-def at_world(cfg: PipelineConfig, world: int) -> PipelineConfig:
+def at_world(cfg, world: int):
     """The stages that run at `world`; a world that is no stages x dp x fsdp x tp of the suite raises
     (showing the arithmetic)."""
     fits = tuple(s for s in cfg.stages if s * cfg.inner == world)
@@ -89,10 +74,11 @@ def _section(entries, out):
 
 KIND = KINDS.register(Kind(
     module=__name__, name="pipeline", help="pipeline parallelism (torch.distributed.pipelining): chunks sweep, bubble",
-    config=PipelineConfig, columns=COLUMNS, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
+    config="bench.pipeline.config:PipelineConfig", columns=COLUMNS, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
                                    "microbatch_efficiency", "telemetry", "plan_predictions"),
-    add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
-    after_units=efficiency, at_world=at_world, memory=memory_of(expand_pipeline),
+    add_options=add_options, options=options, units=later(CASES, "units"),
+    measure=later("bench.training.measure", "measure"), worlds=lambda cfg: cfg.worlds(),
+    after_units=later(CASES, "efficiency"), at_world=at_world, memory=memory_later(CASES),
     # runs stored before meta.json named the kind: a suite named pipeline* was a pipeline sweep
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="schedule", settings=TRAIN_SETTINGS,
                  claims=lambda meta: not meta.get("kind") and str(meta.get("suite", "")).startswith("pipeline")),

@@ -21,8 +21,6 @@ import os
 import re
 from dataclasses import asdict, dataclass, fields
 
-import torch
-
 from bench.results import metadata
 
 FIELDS = ("device", "cores", "gpus", "nodes", "interconnect", "backend", "world", "torch", "nccl")
@@ -118,6 +116,8 @@ def of_run(meta: dict) -> Fingerprint:
 
 def of_this_machine(worlds, backend: str | None = None) -> Fingerprint:
     """What a run on this host would be fingerprinted as (single node; before running anything)."""
+    import torch  # lazy: CUDA facts of this host (the readers of stored runs do not import torch)
+
     cuda = torch.cuda.is_available()
     backend = backend if backend not in (None, "", "auto") else ("nccl" if cuda else "gloo")
     names = sorted({torch.cuda.get_device_properties(i).name for i in range(torch.cuda.device_count())}) if cuda else []

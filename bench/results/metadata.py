@@ -10,8 +10,6 @@ import sys
 import uuid
 from datetime import datetime, timezone
 
-import torch
-
 from bench.telemetry import nvml
 
 
@@ -51,6 +49,8 @@ def nccl_env(env=os.environ) -> dict:
 
 def host_facts() -> dict:
     """This rank's host: gathered from every rank by the runner."""
+    import torch  # lazy: the run facts need torch; readers of runs do not
+
     gpus = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
@@ -61,6 +61,8 @@ def host_facts() -> dict:
 
 
 def software() -> dict:
+    import torch  # lazy: the run facts need torch; readers of runs do not
+
     nccl = None
     if torch.cuda.is_available():
         try:
@@ -180,6 +182,8 @@ def nvidia_smi_topology(run=subprocess.run, which=None) -> str | None:
 
 
 def nccl_version() -> str | None:
+    import torch  # lazy: the run facts need torch; readers of runs do not
+
     try:
         v = torch.cuda.nccl.version()
     except Exception:  # noqa: BLE001 - a torch built without NCCL
@@ -192,6 +196,8 @@ def cluster_facts(env=os.environ, nvml_module=None, run=subprocess.run, which=No
     "nccl_version", "gpu_topology" (NVML, see nvml_topology), "topology_matrix" (nvidia-smi topo
     -m text), "network" (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ... where set), "packages",
     "gpu_facts_missing" (why NVML gave nothing)}. Never raises: what cannot be read is None."""
+    import torch  # lazy: the run facts need torch; readers of runs do not
+
     facts = {"driver_version": None, "cuda_driver_version": None, "cuda_runtime": torch.version.cuda,
              "nccl_version": nccl_version() if torch.cuda.is_available() else None, "gpu_topology": None,
              "topology_matrix": None, "network": network_env(env), "packages": package_versions(),

@@ -5,15 +5,13 @@ import dataclasses
 import sys
 
 from bench.errors import BenchError
-from bench.kind import KINDS, Kind, Reading, Report, drawn_by, first_doc_line
+from bench.kind import KINDS, Kind, Reading, Report, drawn_by, later, memory_later
 from bench.options import add_training_options, ints, overrides
-from bench.strategies.config import StrategiesConfig, expand_strategies
-from bench.training import REGISTRY
 from bench.training.columns import COLUMNS
-from bench.training.measure import measure
-from bench.training.memory import memory_of
 from bench.training.reading import TRAIN_KEYS, TRAIN_METRICS, TRAIN_SETTINGS
 from bench.training.summary import StrategiesLive, strategies_summary
+
+CASES = "bench.strategies.cases"  # the launch side (units, memory, listing): torch, imported when needed
 
 
 def add_options(p):
@@ -28,7 +26,7 @@ def add_options(p):
     p.add_argument("--bucket-cap-mb", dest="bucket_cap_mb", type=float, default=None, help="ddp bucket size, MB")
 
 
-def at_world(cfg: StrategiesConfig, world: int) -> StrategiesConfig:
+def at_world(cfg, world: int):
     """The config at one world (--nproc N, or the launcher's world under torchrun/srun/mpirun). A
     strategy of the suite that cannot run there is left out with its reason on stderr, so the
     others still run; refused only when none can (e.g. `-s pp` alone at a world its chunks don't fit)."""
@@ -59,20 +57,13 @@ def options(args) -> dict:
     return ov
 
 
-def units(cfg: StrategiesConfig, world: int, meta: dict):
-    cases, notes = expand_strategies(cfg)
-    return [c for c in cases if c.world == world], notes
-
-
-def listing() -> list[str]:
-    return [f"strategy    {s.name:<24} {first_doc_line(s.doc)}" for s in REGISTRY]
-
-
 KIND = KINDS.register(Kind(
-    module=__name__, name="strategies", help="train reference models under dp, ddp, layer, tp, pp, fsdp", config=StrategiesConfig,
+    module=__name__, name="strategies", help="train reference models under dp, ddp, layer, tp, pp, fsdp",
+    config="bench.strategies.config:StrategiesConfig",
     columns=COLUMNS, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans", "telemetry"),
-    add_options=add_options, options=options, units=units, measure=measure, worlds=lambda cfg: cfg.worlds(),
-    at_world=at_world, memory=memory_of(expand_strategies), listing=listing,
+    add_options=add_options, options=options, units=later(CASES, "units"),
+    measure=later("bench.training.measure", "measure"), worlds=lambda cfg: cfg.worlds(),
+    at_world=at_world, memory=memory_later(CASES), listing=later(CASES, "listing"),
     read=Reading(keys=TRAIN_KEYS, metrics=TRAIN_METRICS, group="strategy", aliases=("strategy",), settings=TRAIN_SETTINGS),
     report=Report(title="Strategies",
                   section=drawn_by("bench.training.plots", "section", "strategies", pipeline=False),

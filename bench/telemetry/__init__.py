@@ -23,8 +23,6 @@ import socket
 import time
 from contextlib import contextmanager
 
-import torch.distributed as dist
-
 from bench.telemetry import nvml
 from bench.telemetry.host import HostProbe
 from bench.telemetry.sampler import Sampler
@@ -38,6 +36,8 @@ class _Case:
 
 
 def _dist():
+    import torch.distributed as dist  # lazy: a launch's ranks only (metadata imports nvml from here for every reader)
+
     return dist if dist.is_available() and dist.is_initialized() else None
 
 

@@ -11,8 +11,6 @@ asked for again during the launch.
 import os
 import re
 
-import torch
-
 # Clock-event ("throttle") reason bits, nvml.h nvmlClocksEventReason*.
 REASON_BITS = {
     0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -107,6 +105,8 @@ def norm_uuid(u) -> str:
 
 def cuda_identity(device) -> dict | None:
     """This rank's CUDA device as torch sees it: uuid and PCI (domain, bus, device)."""
+    import torch  # lazy: a rank's CUDA device only (readers import this module through metadata)
+
     if getattr(device, "type", None) != "cuda":
         return None
     p = torch.cuda.get_device_properties(device)

@@ -11,9 +11,19 @@
   training rows are read), plots and layout_table (the kinds' report sections).
 """
 
-# isort: off  (registration order is display order)
-from bench.training import dp, ddp, layer, tp, pp, fsdp, composed  # noqa: F401
-# isort: on
-from bench.training.base import REGISTRY, Strategy
+import importlib
+
+TRAINERS = ("dp", "ddp", "layer", "tp", "pp", "fsdp", "composed")  # registration order is display order
 
 __all__ = ["REGISTRY", "Strategy"]
+
+
+def __getattr__(name: str):
+    """`from bench.training import REGISTRY` (PEP 562): every trainer imported (registered), then the
+    name. Not at the import of this package: the trainers import torch, and the kinds' registrations,
+    which every command reads, import the engine's light modules (columns, reading, summary)."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    for trainer in TRAINERS:
+        importlib.import_module(f"{__name__}.{trainer}")
+    return getattr(importlib.import_module(f"{__name__}.base"), name)

@@ -90,3 +90,12 @@ class ParallelDims:
 
         names = self.enabled or ("pp",)
         return init_device_mesh(device_type, tuple(getattr(self, n) for n in names), mesh_dim_names=names)
+
+
+def check_tp(spec, degree: int):
+    """tp `degree` must divide the model's width (and a GPT's heads): a BenchError naming both.
+    spec: a bench.workloads.specs.ModelSpec (plain arithmetic: the planner checks it without torch)."""
+    if spec.width % degree:
+        raise BenchError(f"tp degree {degree} does not divide width {spec.width} of {spec.preset}")
+    if spec.family == "gpt" and spec.heads % degree:
+        raise BenchError(f"tp degree {degree} does not divide heads {spec.heads} of {spec.preset}")

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from bench.training.dims import ParallelDims
-from bench.workloads.models import even_balance, split_pieces
+from bench.workloads.specs import even_balance, split_pieces
 
 PARAM_BYTES = 4  # every reference model is float32
 # Optimizer state per parameter, bytes: bench/training/base.py and pp.py use torch.optim.SGD

@@ -32,7 +32,7 @@ from bench.workloads import Batches, build_model
 from bench.workloads.models import even_balance, split_pieces
 
 SCHEDULES = scheds.SCHEDULES
-CHECKPOINTS = ("always", "except_last", "never")
+CHECKPOINTS = scheds.CHECKPOINTS
 
 
 def stages_per_rank(schedule: str) -> int:

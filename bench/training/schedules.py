@@ -36,8 +36,6 @@ T + v m (F + B)):
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
-
 from bench.errors import BenchError, did_you_mean
 
 
@@ -119,6 +117,7 @@ SCHEDULES_TABLE = (
 )
 BY_NAME = {s.name: s for s in SCHEDULES_TABLE}
 SCHEDULES = tuple(BY_NAME)
+CHECKPOINTS = ("always", "except_last", "never")  # activation checkpointing of a stage's blocks (bench.training.pp)
 _ALIASES = {a.lower(): s.name for s in SCHEDULES_TABLE for a in (s.name, *s.aliases)}
 
 
@@ -138,6 +137,7 @@ def get(name: str) -> Schedule:
 
 def torch_class(name: str):
     """The installed torch's class for a schedule; BenchError naming the class when it lacks it."""
+    import torch  # lazy: the schedules table is read by `--help` and the readers, which do not import torch
     from torch.distributed.pipelining import schedules as ts  # lazy: ~1.4 s, only when a pipeline runs or checks
 
     s = get(name)

@@ -8,9 +8,8 @@ Rowwise; embedding, norms and head replicated. Every rank sees the whole mini-ba
 
 from torch.distributed.device_mesh import init_device_mesh
 
-from bench.errors import BenchError
 from bench.training.base import REGISTRY, Ctx, Strategy, Trainer
-from bench.training.dims import ParallelDims
+from bench.training.dims import ParallelDims, check_tp as validate
 from bench.training.footprint import layout_ranks, tp_memory
 from bench.workloads import Batches, build_model
 from bench.workloads.models import ModelSpec
@@ -35,13 +34,6 @@ def plan(spec: ModelSpec, pieces=None) -> dict:
         out[f"{j}.attn.out"] = RowwiseParallel()
         out[f"{j}.mlp.up"], out[f"{j}.mlp.down"] = ColwiseParallel(), RowwiseParallel()
     return out
-
-
-def validate(spec: ModelSpec, degree: int):
-    if spec.width % degree:
-        raise BenchError(f"tp degree {degree} does not divide width {spec.width} of {spec.preset}")
-    if spec.family == "gpt" and spec.heads % degree:
-        raise BenchError(f"tp degree {degree} does not divide heads {spec.heads} of {spec.preset}")
 
 
 class TPTrainer(Trainer):

@@ -4,7 +4,6 @@ version code. Shared by the text reader (nccl_text) and the JSON reader (nccl_js
 import re
 from pathlib import Path
 
-from bench.collectives import REGISTRY
 from bench.errors import BenchError, unknown
 
 # nccl-tests program -> distbench collective (the contiguous-buffer forms nccl-tests times)
@@ -62,4 +61,6 @@ def distbench_name(name: str | None) -> str | None:
     base = re.sub(r"_perf.*$", "", str(name))
     if base in PROGRAMS:
         return PROGRAMS[base]
+    from bench.collectives import REGISTRY  # lazy: the units import torch; only a name nccl-tests does not use asks them
+
     return REGISTRY.get(base).name  # unknown: a did-you-mean BenchError
