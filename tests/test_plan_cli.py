@@ -116,19 +116,23 @@ def test_p2p_refusals_are_one_line(tmp_path, capsys, argv, message):
     assert len(err.splitlines()) == 1 and message in err
 
 
-def test_a_sharded_or_tensor_parallel_run_is_refused_for_calibration_not_read_as_a_deeper_pipeline(tmp_path, capsys):
+def test_a_sharded_or_tensor_parallel_run_is_a_measured_layout_not_read_as_a_deeper_pipeline(tmp_path, capsys):
     """A `distbench pipeline --fsdp 2` run at world 4 is pp 2 x fsdp 2: its world is not its pipeline
-    depth. The planner calibrates on pipelines and pp x dp and predicts tp and fsdp inside the stages
-    from them (bench.pipeline.plan_compose), so as a calibration run it is refused in one line."""
+    depth. Beside pipeline runs it is a measured composed layout (predicted as measured); alone it is
+    refused in one line (the planner calibrates on pipelines and pp x dp)."""
     cal = stored(tmp_path, "cal", CAL)
     res = pd.read_parquet(cal / "results.parquet")
     res["pp_degree"], res["dp_degree"], res["fsdp_degree"], res["tp_degree"] = res["world"], 1, 1, 1
     res.loc[0, ["world", "fsdp_degree"]] = [4, 2]
     res.to_parquet(cal / "results.parquet")
+    assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "2,4"]) == 0
+    out = capsys.readouterr().out
+    assert "measured composed layouts (predicted as measured): pp2 fsdp2 (1 case(s))" in out and " pp4 " not in out
+    res[res["fsdp_degree"] == 2].to_parquet(cal / "results.parquet")
     assert main(["plan", str(cal)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "calibration runs hold composed layouts (pp2 fsdp2): the planner calibrates on pipelines and pp x dp" in err
+    assert "calibration runs hold composed layouts (pp2 fsdp2) and no pipeline" in err
 
 
 def test_the_pipeline_depth_is_read_from_pp_degree_where_the_run_has_it(tmp_path, capsys):

@@ -287,3 +287,26 @@ def test_a_timed_pp_x_tp_prediction_is_the_exact_replay_of_the_known_times_plus_
     ars = {(0, "F"): 4, (0, "B"): 3, (1, "F"): 4, (1, "B"): 4}
     want = replay(order_of("1f1b", 2, 2), {key: exact[key] + n * ar for key, n in ars.items()}).step_s
     assert p.step_s == pytest.approx(want, rel=1e-6)
+
+
+def test_a_measured_composed_layout_is_predicted_as_measured_and_its_configurations_left_out(tmp_path, capsys):
+    """pp2 x tp2 runs given as calibration: fitted as a pipeline's (their stage times hold the tp
+    collectives), a pp2 x tp2 candidate is their replay, not a composition, and says so."""
+    half = {k: pl.Line(a=ln.a / 2, c=ln.c / 2) for k, ln in TRUE.items()}
+
+    def tp_obs(schedule, m, run="cal"):
+        b, order = 1024 // m, order_of(schedule, 2, m)
+        return pl.Observation(**{**CAL[0].__dict__, "tp": 2, "schedule": schedule, "chunks": m, "micro_batch": b,
+                                 "run_id": run,
+                                 "stage_s": {k: ln.at(b) for k, ln in half.items()}, "case_id": f"{schedule}{m}.tp2",
+                                 "step_s": replay(order, {k: ln.at(b) + OVERHEAD for k, ln in half.items()}).step_s})
+
+    measured = pf.fit_measured(CAL + [tp_obs("gpipe", m) for m in (1, 2, 8)] + [tp_obs("1f1b", 8)], order_of)
+    assert list(measured) == [(1, 1, 2)] and measured[(1, 1, 2)].tp == 2
+    cals = pf.fit_layouts(CAL, order_of)
+    p = ps.predict(cals, pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=4, micro_batch=256),
+                   where=ps.Where(measured=measured))
+    want = replay(order_of("1f1b", 2, 4), {k: ln.at(256) + OVERHEAD for k, ln in half.items()}).step_s
+    assert p.step_s == pytest.approx(want, rel=1e-6) and p.comm_source == "measured in the pp2 tp2 calibration"
+    assert pv._calibrated(cals, tp_obs("gpipe", 2, run="val"), ps.Where(measured=measured))
+    assert not pv._calibrated(cals, tp_obs("gpipe", 4, run="val"), ps.Where(measured=measured))

@@ -134,6 +134,8 @@ class Calibration:
     link: Link | None = None  # p2p between pipeline ranks; None: the overhead holds the transfers
     boundary_bytes: float = 0.0  # activation bytes per sample crossing a stage boundary (the model's)
     dp: int = 1  # the data-parallel degree of every calibration case (one Calibration per layout)
+    tp: int = 1  # the tp degree inside the stages of every calibration case (a measured composed layout)
+    fsdp: int = 1  # the FSDP2 shards of every calibration case
     machine: str = ""  # the one machine every calibration case was measured on
 
     @property
@@ -329,7 +331,7 @@ def predict(cal: Calibration, cand: Candidate, order_of, link: Link | None = Non
               "gradient all-reduce and the sharing of the host, is not in it)" if cand.dp != cal.dp else "")
     return Prediction(candidate=cand, step_s=step, samples_per_s=cand.batch / step,
                       bubble=compute.mean_bubble, peak_bytes=peak, calibrated_on=cal.machine, predicted_for=target,
-                      comm_source=f"measured in the {layout_label(cand.stages, cal.dp)} calibration" + (
+                      comm_source=f"measured in the {layout_label(cand.stages, cal.dp, cal.tp, cal.fsdp)} calibration" + (
                           f" (p2p {wire.source})" if wire else ""),
                       extrapolated="; ".join(filter(None, [moved, layout,
                                                            cal.extrapolation(n, cand.micro_batch, cand.checkpoint),

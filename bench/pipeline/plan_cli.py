@@ -16,7 +16,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
 from bench.pipeline import plan_launch
-from bench.pipeline.plan_fit import fit_layouts, one_machine
+from bench.pipeline.plan_fit import fit_layouts, fit_measured, one_machine, one_model
 from bench.pipeline import plan_comm
 from bench.pipeline.plan_comm import comm_of
 from bench.pipeline.plan_runs import check_p2p_machine, link, machine_of_dir, observations, target_machine
@@ -150,12 +150,15 @@ def cmd_plan(args) -> int:
         resolve_suite(args.validate_suite, "pipeline")
     measured, held = _launches(args, given)
     obs = given + observations(measured)
-    cals = fit_layouts(obs, pl.torch_order, link=wire,
-                       boundary_bytes=get_spec(obs[0].model).boundary_bytes_per_sample if wire and obs else 0.0)
+    boundary = get_spec(obs[0].model).boundary_bytes_per_sample if wire and obs else 0.0
+    pure = [o for o in obs if o.tp == o.fsdp == 1]  # pipelines and pp x dp; the composed ones as measured layouts
+    cals = fit_layouts(pure or obs, pl.torch_order, link=wire, boundary_bytes=boundary)
     cal = next(iter(cals.values()))  # what every layout's calibration shares: the model, the link, the machine
+    one_model(obs)
+    one_machine(obs)
     check_p2p_machine(args.p2p, cal.machine)
     to, how = target_machine(cal.machine, args.target_machine, args.target_p2p)
-    where = _where(args, cal.machine)
+    where = _where(args, cal.machine, fit_measured(obs, pl.torch_order, link=wire, boundary_bytes=boundary))
     if args.validate is not None:
         runs = args.validate or held or plan_launch.measure_all(
             [plan_launch.launch(plan_launch.VALIDATE, args.validate_suite)] * args.launches, cal.model, args.out)
@@ -163,22 +166,26 @@ def cmd_plan(args) -> int:
     return _plan(args, cals, obs, limit, target, to, how, where)
 
 
-def _where(args, machine: str) -> Where:
-    """The communication the composed layouts are predicted with (bench.pipeline.plan_comm)."""
+def _where(args, machine: str, measured: dict) -> Where:
+    """The communication the composed layouts are predicted with (bench.pipeline.plan_comm), and the
+    composed layouts the calibration measured (predicted as measured)."""
     if args.ranks_per_node < 0:
         raise BenchError(f"--ranks-per-node {args.ranks_per_node} is not a rank count; give an integer >= 0")
     comm = comm_of(args.comm, machine_of_dir(args.comm)) if args.comm else plan_comm.none()
-    return Where(comm=comm, ranks_per_node=args.ranks_per_node, tp_across=args.tp_across_nodes)
+    return Where(comm=comm, ranks_per_node=args.ranks_per_node, tp_across=args.tp_across_nodes, measured=measured)
 
 
-def _degrees(args, cals: dict, worlds, stages) -> tuple[list, list, list]:
-    """(dps, tps, fsdps): as given; with --world and none given, every split of each world over the
-    stages (dp, fsdp or tp: one of them above 1 beside the pipeline)."""
-    given = (_ints(args.dp, "dp") if args.dp else None, _ints(args.tp, "tp"), _ints(args.fsdp, "fsdp"))
+def _degrees(args, cals: dict, worlds, stages, measured: dict) -> tuple[list, list, list]:
+    """(dps, tps, fsdps): as given (by default the calibrated ones, measured composed layouts
+    included); with --world and none given, every split of each world over the stages (dp, fsdp or
+    tp: one of them above 1 beside the pipeline)."""
+    given = (_ints(args.dp, "dp") if args.dp else None,
+             _ints(args.tp, "tp") if args.tp != "1" else sorted({1} | {k[2] for k in measured}),
+             _ints(args.fsdp, "fsdp") if args.fsdp != "1" else sorted({1} | {k[1] for k in measured}))
     if not worlds or args.dp or args.tp != "1" or args.fsdp != "1":
         return given
     rest = {w // p for w in worlds for p in stages if w % p == 0}
-    return sorted(rest | set(cals)), sorted(rest | {1}), sorted(rest | {1})
+    return sorted(rest | set(cals)), sorted(rest | set(given[1])), sorted(rest | set(given[2]))
 
 
 def _launches(args, given: list[pl.Observation]) -> tuple[list[Path], list[Path]]:
@@ -204,7 +211,7 @@ def _plan(args, cals: dict, obs: list[pl.Observation], limit: float | None, targ
     names = [scheds.canonical(s) for s in args.schedules.split(",")] if args.schedules else list(scheds.SCHEDULES)
     chunks, modes = _ints(args.chunks, "chunks"), _modes(args.checkpoint, cals)
     worlds = _ints(args.world, "world") if args.world else None
-    dps, tps, fsdps = _degrees(args, cals, worlds, stages)
+    dps, tps, fsdps = _degrees(args, cals, worlds, stages, where.measured)
     found = search(cals, stages=stages, schedules=names, chunks=chunks, batch=batch, checkpoints=modes, dps=dps,
                    tps=tps, fsdps=fsdps, worlds=worlds, link=target, to=to, how=how, memory_limit=limit, where=where)
     if worlds and not found.preds:
@@ -222,7 +229,10 @@ def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where:
     cal = next(iter(cals.values()))
     links = {k: {"alpha_s": w.alpha_s, "beta_bytes_per_s": w.bandwidth_bytes_per_s, "source": w.source}
              for k, w in (("p2p", cal.link), ("target_p2p", target)) if w is not None}
-    calibration = {"runs": calibration_runs(cals), "machine": cal.machine, "cases": sum(c.cases for c in cals.values()),
+    calibration = {"runs": calibration_runs(cals, where), "machine": cal.machine,
+                   "cases": sum(c.cases for c in cals.values()),
+                   "measured_layouts": {pl.layout_label(c.ranks[0], c.dp, c.tp, c.fsdp): c.cases
+                                        for c in where.measured.values()},
                    "overhead_per_action_s": {f"{pl.layout_label(r, c.dp)} {n}": v for c in cals.values()
                                              for (r, n), v in c.overhead.items()},
                    "overhead_per_step_s": {pl.layout_label(r, c.dp): v for c in cals.values()
@@ -241,6 +251,9 @@ def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, to
           + "; overhead per action " + ", ".join(f"{pl.layout_label(r, c.dp)} {n} {v * 1e6:.0f} us"
                                                  for c in cals.values() for (r, n), v in c.overhead.items())
           + "; per step " + _per_step(cals))
+    if where.measured:
+        print("measured composed layouts (predicted as measured): " + ", ".join(
+            f"{pl.layout_label(c.ranks[0], c.dp, c.tp, c.fsdp)} ({c.cases} case(s))" for c in where.measured.values()))
     if any(p.comm_s for p in found.preds):
         print(f"communication of the composed layouts (tp, fsdp, uncalibrated dp): {where.comm.source}"
               + (f"; {where.ranks_per_node} rank(s) per node" if where.ranks_per_node else "; one node")

@@ -67,7 +67,8 @@ def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_byt
     are a term of their own and the overhead is what is left; without, the overhead holds them."""
     model, machine = one_model(obs), one_machine(obs)
     dps = sorted({o.dp for o in obs})
-    if len(dps) > 1:
+    inner = sorted({(o.tp, o.fsdp) for o in obs})
+    if len(dps) > 1 or len(inner) > 1:
         raise BenchError(f"calibration cases mix data-parallel degrees {', '.join(map(str, dps))}: one Calibration "
                          "per layout (fit_layouts)")
     costs, depth = {}, {id(o): (model_stages(o.schedule, o.stages), o.checkpoint) for o in obs}
@@ -103,7 +104,8 @@ def fit(obs: list[Observation], order_of, link: Link | None = None, boundary_byt
                        ranks=tuple(sorted({o.stages for o in obs})),
                        configs=frozenset((o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint) for o in obs),
                        runs=tuple(sorted({o.run_id for o in obs})), cases=len(obs),
-                       link=link, boundary_bytes=boundary_bytes, dp=dps[0], machine=machine)
+                       link=link, boundary_bytes=boundary_bytes, dp=dps[0], tp=inner[0][0], fsdp=inner[0][1],
+                       machine=machine)
 
 
 def fit_layouts(obs: list[Observation], order_of, link: Link | None = None, boundary_bytes: float = 0.0) -> dict:
@@ -116,11 +118,23 @@ def fit_layouts(obs: list[Observation], order_of, link: Link | None = None, boun
     one_machine(obs)
     composed = sorted({pl_label(o) for o in obs if o.tp > 1 or o.fsdp > 1})
     if composed:
-        raise BenchError(f"calibration runs hold composed layouts ({', '.join(composed)}): the planner calibrates on "
-                         "pipelines and pp x dp and predicts tp and fsdp inside the stages from them and a "
-                         "communication run (--comm); pass those runs to --validate")
+        raise BenchError(f"calibration runs hold composed layouts ({', '.join(composed)}) and no pipeline: the planner "
+                         "calibrates on pipelines and pp x dp (and predicts tp and fsdp inside the stages from them and "
+                         "a communication run, --comm); add a pipeline run, or pass those runs to --validate")
     return {dp: fit([o for o in obs if o.dp == dp], order_of, link, boundary_bytes)
             for dp in sorted({o.dp for o in obs})}
+
+
+def fit_measured(obs: list[Observation], order_of, link: Link | None = None, boundary_bytes: float = 0.0) -> dict:
+    """{(dp, fsdp, tp): Calibration} of the composed layouts measured among `obs` (tp or fsdp inside
+    the stages): their stage lines (which hold the tp and fsdp collectives run inside the actions),
+    overheads and memory, fitted as a pipeline's are. A candidate of such a layout is predicted with
+    it, as measured, instead of by composition."""
+    groups: dict = {}
+    for o in obs:
+        if o.tp > 1 or o.fsdp > 1:
+            groups.setdefault((o.dp, o.fsdp, o.tp), []).append(o)
+    return {k: fit(v, order_of, link, boundary_bytes) for k, v in sorted(groups.items())}
 
 
 def pl_label(o: Observation) -> str:

@@ -23,6 +23,7 @@ class Where:
     comm: plan_comm.Comm = field(default_factory=plan_comm.none)
     ranks_per_node: int = 0
     tp_across: bool = False
+    measured: dict = field(default_factory=dict)  # (dp, fsdp, tp) -> Calibration of a measured composed layout
 
 
 def _layouts(dps, tps, fsdps) -> list[tuple[int, int, int]]:
@@ -31,12 +32,12 @@ def _layouts(dps, tps, fsdps) -> list[tuple[int, int, int]]:
 
 
 def _why_not(spec, sch, p: int, m: int, batch: int, dp: int, fsdp: int, tp: int) -> str | None:
+    if fsdp > 1 and sch.split_backward:
+        return "fsdp inside the stages is refused with split-backward schedules (bench.training.layout.check_dims)"
     if sch.rule(p, m):
         return sch.rule(p, m)
     if batch % (dp * fsdp * m):
         return f"batch {batch} is not divisible by dp x fsdp x chunks {dp * fsdp * m}"
-    if fsdp > 1 and sch.split_backward:
-        return "fsdp inside the stages is refused with split-backward schedules (bench.training.layout.check_dims)"
     if tp > 1 and spec is not None:
         try:
             tp_validate(spec, tp)
@@ -58,6 +59,9 @@ def candidates(cals: dict, stages, schedules, chunks, batch, checkpoints=None,
             where = pl.layout_label(p, dp, tp, fsdp)
             for name in schedules:
                 sch = scheds.get(name)
+                if fsdp > 1 and sch.split_backward:  # once per schedule, not per chunk count
+                    skipped.append(f"{where} {sch.name}: {_why_not(None, sch, p, chunks[0], batch, 1, fsdp, 1)}")
+                    continue
                 for m in chunks:
                     why = _why_not(spec, sch, p, m, batch, dp, fsdp, tp)
                     if why:
@@ -80,6 +84,9 @@ def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None, to: str
     the stages, or a dp degree not calibrated when a communication calibration is given, is composed
     (bench.pipeline.plan_compose) with `where`'s communication."""
     where = where or Where()
+    mine = where.measured.get((cand.dp, cand.fsdp, cand.tp)) if cand.composed else None
+    if mine is not None:  # a composed layout the calibration measured: predicted as measured
+        return pl.predict(mine, cand, pl.torch_order, link=link, target=to, mapped_by=how)
     if cand.composed or (cand.dp not in cals and where.comm.fits):
         return compose(cals, cand, where.comm, get_spec(next(iter(cals.values())).model), pl.torch_order,
                        ranks_per_node=where.ranks_per_node, tp_across=where.tp_across, to=to, how=how)
@@ -160,6 +167,7 @@ def as_dict(p: pl.Prediction) -> dict:
             "predicted_for": p.predicted_for}
 
 
-def calibration_runs(cals: dict) -> list[str]:
-    """The calibration runs of every layout."""
-    return sorted({r for c in cals.values() for r in c.runs})
+def calibration_runs(cals: dict, where: Where | None = None) -> list[str]:
+    """The calibration runs of every layout (and of the measured composed ones)."""
+    more = list(where.measured.values()) if where else []
+    return sorted({r for c in [*cals.values(), *more] for r in c.runs})

@@ -27,11 +27,16 @@ def _config(o) -> tuple:
     return (o.stages, o.schedule, o.chunks, o.micro_batch, o.checkpoint)
 
 
-def _calibrated(cals: dict, o: pl.Observation) -> bool:
+def _calibrated(cals: dict, o: pl.Observation, where: Where | None = None) -> bool:
     """Was `o` (its run, or its configuration in its layout) used for calibration? A layout with tp or
-    fsdp inside the stages never is (the calibration holds pipelines and pp x dp only)."""
-    return any(o.run_id in c.runs for c in cals.values()) or (
-        o.tp == o.fsdp == 1 and o.dp in cals and _config(o) in cals[o.dp].configs)
+    fsdp inside the stages is only where the calibration measured it (Where.measured)."""
+    measured = where.measured if where else {}
+    if any(o.run_id in c.runs for c in [*cals.values(), *measured.values()]):
+        return True
+    if o.tp > 1 or o.fsdp > 1:
+        mine = measured.get((o.dp, o.fsdp, o.tp))
+        return mine is not None and _config(o) in mine.configs
+    return o.dp in cals and _config(o) in cals[o.dp].configs
 
 
 def validate(cals: dict, given: list[pl.Observation], to: str = "", how: str = "",
@@ -49,7 +54,7 @@ def validate(cals: dict, given: list[pl.Observation], to: str = "", how: str = "
                              + (f", the target ({how}) is {to}" if to != machine else "")
                              + "; pass runs of the calibration's machine, or say which machine it predicts with "
                              "--target-machine RUN_DIR (or --target-p2p RUN_DIR: the other machine's link)")
-    held = [o for o in given if not _calibrated(cals, o)]
+    held = [o for o in given if not _calibrated(cals, o, where)]
     if not held:
         raise BenchError("--validate runs are all calibration runs or configurations; pass measured runs of "
                          "configurations the model was not fitted on")
