@@ -129,7 +129,7 @@ def test_a_planted_slow_inter_node_link_is_the_top_suspect_with_exact_evidence()
     slow = matrix(4, 2, slow=lambda a, b, na, nb: 0.5 if {na, nb} == {"node1", "node2"} else 1.0)
     (top,) = diagnose(slow, compute(8), TH)
     assert top.name == "link node1 <-> node2" and top.scope == "node-link" and top.factor == pytest.approx(2.0)
-    assert top.evidence == ("link node1 <-> node2: 50 MB/s, median of inter-node pairs 100 MB/s, "
+    assert top.evidence == ("link node1 <-> node2: 50 MB/s, median of 12 directed node pairs 100 MB/s, "
                             "inf MADs (the class has no spread) below (-50%)")
     assert sorted(top.explains) == sorted((a, b) for a in (2, 3, 4, 5) for b in (2, 3, 4, 5) if a // 2 != b // 2)
 
@@ -284,7 +284,7 @@ def test_pair_matrix_from_rows_and_acceptance_exit_1():
     run = SimpleNamespace(tables={"results": res}, meta={"config": DoctorConfig().__dict__})
     cfg = DoctorConfig()
     assert acceptance(run, cfg) == ["doctor: 1 suspect(s); the top one: link node1 <-> node2: 50 MB/s, median of "
-                                    "inter-node pairs 100 MB/s, inf MADs (the class has no spread) below (-50%)"]
+                                    "12 directed node pairs 100 MB/s, inf MADs (the class has no spread) below (-50%)"]
     text = doctor_summary(run)
     assert "# verdict: 1 suspect(s), worst first:\n#  1. link node1 <-> node2: 50 MB/s" in text
     healthy = SimpleNamespace(tables={"results": _rows(matrix(4, 2), compute(8))}, meta={"config": {}})

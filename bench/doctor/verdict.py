@@ -181,8 +181,8 @@ def node_link_suspects(inter: pd.DataFrame, th: Thresholds) -> list[Suspect]:
         one = "" if both else f" (one direction: {b} -> {a} {fmt_bw(score.get((b, a), math.nan))})"
         out.append(Suspect(name=f"link {a} {arrow} {b}", scope="node-link", factor=med / value, mads=m,
                            explains=tuple(zip(pairs["src"], pairs["dst"])),
-                           evidence=f"link {a} {arrow} {b}: {fmt_bw(value)}, median of inter-node pairs "
-                                    f"{fmt_bw(med)}, {fmt_mads(m)} below ({value / med - 1:.0%}){one}"))
+                           evidence=f"link {a} {arrow} {b}: {fmt_bw(value)}, median of {len(score)} directed node "
+                                    f"pairs {fmt_bw(med)}, {fmt_mads(m)} below ({value / med - 1:.0%}){one}"))
     return out
 
 
