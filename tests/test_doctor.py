@@ -355,3 +355,41 @@ def test_the_matmul_probe_runs_on_one_thread_and_restores_the_thread_count():
     probe = doctor_compute.Matmul(torch.device("cpu"), 32, torch.float32, 2)
     assert probe.rep() > 0 and torch.get_num_threads() == before
     assert torch.equal(probe.out, probe.a @ probe.b)
+
+
+def test_the_compute_probe_runs_at_once_on_gpus_and_in_turns_on_cpus():
+    from bench.doctor.measure import compute_mode
+
+    assert compute_mode("auto", "cuda") == "all" and compute_mode("auto", "cpu") == "each"
+    assert compute_mode("all", "cpu") == "all" and compute_mode("each", "cuda") == "each"
+
+
+def _rounds_on_two_fake_nodes(info, sizes):
+    """Every rank of a world-4 gloo group: the pair rounds and the groups as if ranks 0,1 and 2,3 were
+    two nodes (the layout is what the schedule is given; the host names do not matter to it)."""
+    import torch
+    import torch.distributed as dist
+
+    from bench.doctor.probe import node_groups, run_rounds, time_group
+
+    nodes = [[0, 1], [2, 3]]
+    rank = dist.get_rank()
+    times, wrong = run_rounds(rounds_for(nodes), rank, torch.device("cpu"), sizes, 2, 1, dist.barrier)
+    own, lead = node_groups(nodes)
+    per_node = time_group(own, 4096, torch.device("cpu"), 2, 1, dist.barrier)
+    leaders = time_group(lead, 4096, torch.device("cpu"), 2, 1, dist.barrier)
+    return {"times": times, "wrong": wrong, "per_node": per_node, "leaders": leaders}
+
+
+@pytest.mark.slow  # a spawn of 4 ranks: 5-20 s on a busy 2-core machine
+def test_pair_rounds_and_groups_on_two_fake_nodes_at_world_4():
+    from tests.conftest import spawn
+
+    out = spawn(_rounds_on_two_fake_nodes, 4, (256, 8192))
+    times = {k: v for r in range(4) for k, v in out[r]["times"].items()}
+    assert sorted(times) == sorted((a, b, s) for a in range(4) for b in range(4) if a != b for s in (256, 8192))
+    assert all(len(v) == 2 and min(v) > 0 for v in times.values())
+    wrong = {k: v for r in range(4) for k, v in out[r]["wrong"].items()}
+    assert set(wrong) == set(times) and set(wrong.values()) == {0}
+    assert [len(out[r]["per_node"]) for r in range(4)] == [2, 2, 2, 2]
+    assert [len(out[r]["leaders"]) for r in range(4)] == [2, 0, 2, 0]  # ranks 0 and 2 lead their nodes

@@ -53,10 +53,18 @@ def _pairs(launch, nodes, hosts) -> dict:
     return {"results": results, "samples": samples}
 
 
+def compute_mode(asked: str, device_type: str) -> str:
+    """auto: every rank at once on GPUs (one each; heat and power shared as in a job), one rank at a
+    time on CPUs (ranks may share cores: at once, a rank would measure its share of them)."""
+    if asked != "auto":
+        return asked
+    return "all" if device_type == "cuda" else "each"
+
+
 def _compute(launch, hosts) -> dict:
     cfg, info = launch.job.config, launch.info
     n, dtype, iters = probe_shape(info.device, cfg.compute_n, cfg.compute_iters)
-    mode = cfg.compute_mode if cfg.compute_mode != "auto" else ("all" if info.device.type == "cuda" else "each")
+    mode = compute_mode(cfg.compute_mode, info.device.type)
     probe = Matmul(info.device, n, dtype, iters)
     times: list[float] = []
     # repetitions outer, turns inner: a burst of load from outside hits one repetition of several

@@ -47,9 +47,9 @@ def doctor_summary(run) -> str:
     comp = compute_table(res)
     groups = group_table(res, pairs)
     th = thresholds_of(run.meta)
-    nodes = sorted(set(pairs["src_node"]) | set(pairs["dst_node"])) if not pairs.empty else []
-    out = [f"# doctor: {len(set(pairs['src']) | set(pairs['dst'])) if not pairs.empty else len(comp)} ranks on "
-           f"{len(nodes)} node(s) ({', '.join(nodes)})"]
+    nodes = sorted(set(pairs["src_node"]) | set(pairs["dst_node"]) | set(comp["node"]))
+    ranks = set(pairs["src"]) | set(pairs["dst"]) | set(comp["rank"])
+    out = [f"# doctor: {len(ranks)} rank(s) on {len(nodes)} node(s) ({', '.join(nodes)})"]
     for cls, c in pairs.groupby("cls"):
         out.append(f"# {cls}-node pairs: {len(c)} ordered; bandwidth median {fmt_bw(float(np.median(c['bw'])))} "
                    f"(min {fmt_bw(c['bw'].min())}, max {fmt_bw(c['bw'].max())}); latency median "
