@@ -17,7 +17,7 @@ from bench.doctor.config import DoctorConfig
 from bench.doctor.kind import acceptance
 from bench.doctor.schedule import INTER, INTRA, circle, node_pair_subrounds, nodes_of, rounds_for
 from bench.doctor.summary import doctor_summary, thresholds_of
-from bench.doctor.verdict import (Thresholds, diagnose, expected_allreduce_s, fmt_bw, pair_matrix, robust,
+from bench.doctor.verdict import (Thresholds, compute_table, diagnose, expected_allreduce_s, fmt_bw, pair_matrix, robust,
                                   verdict_of)
 from bench.errors import BenchError
 from tests.conftest import run_cli
@@ -238,6 +238,7 @@ def test_ranks_of_several_nodes_on_one_machine_share_its_cores():
     ("mad_k", 0.0, "mad_k 0.0 must be > 0"),
     ("latency_verdict", "maybe", "latency_verdict 'maybe' is not one of auto, on, off"),
     ("group_factor", -1.0, "group_factor -1.0 must be >= 0"),
+    ("compute_statistic", "mean", "compute_statistic 'mean' is not one of min, median"),
 ])
 def test_bad_config_is_refused(field, value, message):
     with pytest.raises(BenchError, match=message.replace("(", r"\(")):
@@ -393,3 +394,13 @@ def test_pair_rounds_and_groups_on_two_fake_nodes_at_world_4():
     assert set(wrong) == set(times) and set(wrong.values()) == {0}
     assert [len(out[r]["per_node"]) for r in range(4)] == [2, 2, 2, 2]
     assert [len(out[r]["leaders"]) for r in range(4)] == [2, 0, 2, 0]  # ranks 0 and 2 lead their nodes
+
+
+def test_compute_uses_each_rank_s_best_repetition_by_default():
+    """Rank 1 had a burst of outside load in most repetitions (median high, best fine): not a suspect;
+    rank 3 is slow in every repetition (a quota): the suspect, by its best one."""
+    rows = pd.DataFrame({"doctor_test": "compute", "src_rank": range(4), "src_host": ["n0", "n1", "n2", "n3"],
+                         "time_min_s": [4e-3, 4.1e-3, 3.9e-3, 9.5e-3], "time_median_s": [5e-3, 11e-3, 5e-3, 10e-3]})
+    best = diagnose(pair_matrix(None), compute_table(rows), TH)
+    assert [s.name for s in best] == ["rank 3 compute"] and "9.5 ms per matmul (min of its repetitions)" in best[0].evidence
+    assert compute_table(rows, "median")["t"].tolist() == [5e-3, 11e-3, 5e-3, 10e-3]

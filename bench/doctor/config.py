@@ -21,7 +21,7 @@ class DoctorConfig(RunConfig):
     reps: int = 7  # timed repetitions per ordered pair and size (the median is kept; raw samples too)
     warmup: int = 1  # untimed repetitions before them (NCCL creates a pair's communicator here)
     compute_n: int = 0  # matmul side: 0 = 512 fp32 on CPU (one thread), 8192 bf16 on GPU
-    compute_reps: int = 5  # timed repetitions per rank (median kept)
+    compute_reps: int = 7  # timed repetitions per rank (the verdict uses compute_statistic of them)
     compute_iters: int = 0  # matmuls per repetition; 0 = 32 on CPU, 50 on GPU: a repetition then lasts
     # about 0.1-0.2 s, longer than a CFS quota period (100 ms), so a rank under a CPU quota cannot
     # run a whole repetition inside its quota and look fast
@@ -37,6 +37,8 @@ class DoctorConfig(RunConfig):
     latency_excess: float = 1.0  # latency: at least 100% above the class median (2x)
     latency_verdict: str = "auto"  # on | off | auto: judged unless ranks shared cores (oversubscribed)
     compute_excess: float = 0.3  # compute time: at least 30% above the median rank
+    compute_statistic: str = "min"  # min: each rank's best repetition (outside load only adds time; a
+    # quota or a throttle slows every repetition); median: its median repetition
     group_factor: float = 0.0  # a group all_reduce slower than this x its expectation is a suspect; 0: shown only
 
     def __post_init__(self):
@@ -54,6 +56,8 @@ class DoctorConfig(RunConfig):
             raise BenchError(f"large_bytes {self.large_bytes} must be larger than small_bytes {self.small_bytes}")
         if self.latency_verdict not in ("auto", "on", "off"):
             raise BenchError(f"latency_verdict '{self.latency_verdict}' is not one of auto, on, off")
+        if self.compute_statistic not in ("min", "median"):
+            raise BenchError(f"compute_statistic '{self.compute_statistic}' is not one of min, median")
         if self.compute_mode not in COMPUTE_MODES:
             raise BenchError(f"compute_mode '{self.compute_mode}' is not one of {', '.join(COMPUTE_MODES)}")
         for field in ("mad_k", "min_shortfall", "latency_excess", "compute_excess"):
@@ -66,4 +70,4 @@ class DoctorConfig(RunConfig):
 
     def thresholds(self) -> dict:
         return {k: getattr(self, k) for k in ("mad_k", "min_shortfall", "latency_excess", "compute_excess",
-                                              "group_factor", "latency_verdict")}
+                                              "group_factor", "latency_verdict", "compute_statistic")}

@@ -56,6 +56,8 @@ def add_options(p):
                    help="on | off | auto (default: judged unless ranks share cores)")
     p.add_argument("--compute-excess", dest="compute_excess", type=float, default=None,
                    help="compute outlier: also this share above the median rank (default 0.3)")
+    p.add_argument("--compute-statistic", dest="compute_statistic", default=None,
+                   help="min (each rank's best repetition, default) | median")
     p.add_argument("--group-factor", dest="group_factor", type=float, default=None,
                    help="a group all_reduce slower than this x its expectation is a suspect (default 0: shown only)")
 
@@ -63,7 +65,7 @@ def add_options(p):
 def options(args) -> dict:
     ov = overrides(args, ("reps", "warmup", "compute_n", "compute_reps", "compute_iters", "groups", "mad_k", "min_shortfall",
                           "latency_excess", "compute_excess", "group_factor"))
-    for name in ("small_bytes", "large_bytes", "group_bytes", "compute_mode", "latency_verdict"):  # one value each, not lists
+    for name in ("small_bytes", "large_bytes", "group_bytes", "compute_mode", "latency_verdict", "compute_statistic"):  # one value each, not lists
         if getattr(args, name, None) is not None:
             ov[name] = args.__dict__[name]
     return ov

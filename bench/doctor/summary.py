@@ -17,7 +17,7 @@ MATRIX_MAX = 16  # worlds up to this print the bandwidth matrix itself
 def thresholds_of(meta: dict, cfg=None) -> Thresholds:
     """The verdict's thresholds: the run's config (cfg when given, else meta.json's)."""
     src = cfg.thresholds() if cfg is not None else (meta or {}).get("config", {})
-    return Thresholds(**{k: (src[k] if k == "latency_verdict" else float(src[k]))
+    return Thresholds(**{k: (src[k] if k in ("latency_verdict", "compute_statistic") else float(src[k]))
                          for k in Thresholds.__dataclass_fields__ if k in src})
 
 
@@ -44,9 +44,9 @@ def verdict_lines(suspects) -> list[str]:
 def doctor_summary(run) -> str:
     res = run.tables.get("results")
     pairs = pair_matrix(res)
-    comp = compute_table(res)
-    groups = group_table(res, pairs)
     th = thresholds_of(run.meta)
+    comp = compute_table(res, th.compute_statistic)
+    groups = group_table(res, pairs)
     nodes = sorted(set(pairs["src_node"]) | set(pairs["dst_node"]) | set(comp["node"]))
     ranks = set(pairs["src"]) | set(pairs["dst"]) | set(comp["rank"])
     out = [f"# doctor: {len(ranks)} rank(s) on {len(nodes)} node(s) ({', '.join(nodes)})"]
@@ -56,7 +56,8 @@ def doctor_summary(run) -> str:
                    f"{fmt_s(float(np.median(c['lat'])))} one-way, {int(c['flows'].max())} flow(s) per node link")
     out += _matrix_lines(pairs)
     if not comp.empty:
-        out.append(f"# compute: matmul median {fmt_s(float(np.median(comp['t'])))} over {len(comp)} ranks "
+        out.append(f"# compute ({th.compute_statistic} of each rank's repetitions): matmul median "
+                   f"{fmt_s(float(np.median(comp['t'])))} over {len(comp)} ranks "
                    f"(fastest {fmt_s(comp['t'].min())} rank {int(comp.loc[comp['t'].idxmin(), 'rank'])}, slowest "
                    f"{fmt_s(comp['t'].max())} rank {int(comp.loc[comp['t'].idxmax(), 'rank'])})")
     for g in groups.itertuples():
