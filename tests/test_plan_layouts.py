@@ -310,3 +310,14 @@ def test_a_measured_composed_layout_is_predicted_as_measured_and_its_configurati
     assert p.step_s == pytest.approx(want, rel=1e-6) and p.comm_source == "measured in the pp2 tp2 calibration"
     assert pv._calibrated(cals, tp_obs("gpipe", 2, run="val"), ps.Where(measured=measured))
     assert not pv._calibrated(cals, tp_obs("gpipe", 4, run="val"), ps.Where(measured=measured))
+
+
+def test_oversubscribed_cases_are_scored_apart():
+    def row(flag, pred, meas):
+        return {"predicted_step_s": pred, "measured_step_s": meas, "predicted_peak_bytes": 1.0,
+                "measured_peak_bytes": 1.0, "predicted_bubble": float("nan"), "measured_bubble": float("nan"),
+                "oversubscribed": flag}
+
+    got = pv.by_sharing([row(True, 0.9, 1.0), row(True, 0.8, 1.0), row(False, 1.01, 1.0)])
+    assert got == {"oversubscribed": {"cases": 2, "step_mape_pct": pytest.approx(15.0), "peak_mape_pct": 0.0},
+                   "not_oversubscribed": {"cases": 1, "step_mape_pct": pytest.approx(1.0), "peak_mape_pct": 0.0}}

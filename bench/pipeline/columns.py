@@ -13,6 +13,7 @@ PLAN_PREDICTIONS = {  # a plan run of its own, by `distbench plan --validate` (d
     "tp": "int64",  # tensor-parallel degree inside every stage (predicted by composition: bench.pipeline.plan_compose)
     "fsdp": "int64",  # FSDP2 shards of every stage (predicted by composition)
     "layout": "string",  # "pp2", "pp2 dp2", "pp2 tp2", "pp2 fsdp2": the candidate's degrees above one
+    "oversubscribed": "bool",  # validation: the measured case put more ranks than cores on a host (time-sharing)
     "comm_source": "string",  # where its communication terms came from (a collectives run, an nccl-tests import, a simcluster run, the default) or the calibrated layout
     "schedule": "string", "chunks": "int64", "micro_batch": "int64",
     "checkpoint": "string",  # activation checkpointing mode of the candidate (always | except_last | never)

@@ -61,6 +61,7 @@ class Observation:
     dp: int = 1  # data-parallel replicas of the pipeline (pp x dp); micro_batch and stage times are one replica's
     tp: int = 1  # tensor-parallel degree inside the stages (validation only: predicted by composition)
     fsdp: int = 1  # FSDP2 shards of every stage (validation only)
+    oversubscribed: bool = False  # the run put more ranks than cores on a host (results `oversubscribed`)
     machine: str = ""  # the machine the run measured (plan_runs.machine_of: device, backend, nodes)
 
 

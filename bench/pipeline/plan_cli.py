@@ -22,7 +22,7 @@ from bench.pipeline.plan_comm import comm_of
 from bench.pipeline.plan_runs import check_p2p_machine, link, machine_of_dir, observations, target_machine
 from bench.pipeline.plan_search import Where, as_dict, calibration_runs, mib, search, why
 from bench.pipeline.plan_store import store
-from bench.pipeline.plan_validate import errors, per_launch, per_layout, sweeps, validate
+from bench.pipeline.plan_validate import by_sharing, errors, per_launch, per_layout, sweeps, validate
 from bench.suite import resolve_suite
 from bench.training import schedules as scheds
 from bench.training.schedules import CHECKPOINTS
@@ -288,7 +288,7 @@ def _validate(cals: dict, given: list[pl.Observation], args, runs, to: str, how:
     rows, pooled, machine = v.rows, v.pooled, next(iter(cals.values())).machine
     if args.format == "json":
         print(json.dumps({"prediction": True, "predictions_dir": str(stored_in), "cases": rows, **errors(rows),
-                          "per_layout": per_layout(rows),
+                          "per_layout": per_layout(rows), "by_sharing": by_sharing(rows),
                           "sweeps": sweeps(rows),
                           "per_launch": per_launch(rows),
                           "over_launches": {"cases": pooled, **errors(pooled), "sweeps": sweeps(pooled)}
@@ -333,6 +333,10 @@ def _print_errors(rows: list[dict], picks: list[dict]):
     bubble = (f"  bubble |predicted - measured| mean {e['bubble_mean_gap_pp']:.1f} pp, "
               f"max {e['bubble_max_gap_pp']:.1f} pp" if e["bubble_max_gap_pp"] is not None else "")
     print(f"step time MAPE {e['step_mape_pct']:.1f}%  peak memory MAPE {e['peak_mape_pct']:.1f}%" + bubble)
+    sharing = by_sharing(rows)
+    if len(sharing) > 1:
+        print("apart: " + "; ".join(f"{k.replace('_', ' ')} (ranks > cores) step MAPE {v['step_mape_pct']:.1f}%, "
+                                    f"peak {v['peak_mape_pct']:.1f}% ({v['cases']} cases)" for k, v in sharing.items()))
     layouts = per_layout(rows)
     if len(layouts) > 1:
         print("per layout: " + "; ".join(f"{k} step MAPE {v['step_mape_pct']:.1f}%, peak {v['peak_mape_pct']:.1f}% "

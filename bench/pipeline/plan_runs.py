@@ -76,6 +76,8 @@ def _observation(d, row, columns, ranks: pd.DataFrame, machine: str) -> pl.Obser
     mb = int(row["batch"]) // (dp * fsdp * int(row["chunks"])) if dp * fsdp > 1 else int(row["micro_batch"])
     return pl.Observation(model=str(row["model"]), stages=degrees["pp"], schedule=str(row["schedule"]),
                           chunks=int(row["chunks"]), micro_batch=mb, dp=dp, fsdp=fsdp, tp=tp,
+                          oversubscribed=bool(row["oversubscribed"]) if "oversubscribed" in columns
+                          and pd.notna(row["oversubscribed"]) else False,
                           step_s=float(row["step_median_s"]), stage_s=stage_s, peak_bytes=peaks,
                           case_id=str(row["case_id"]), run_id=str(row["run_id"]), run_dir=str(d), machine=machine,
                           checkpoint=str(row["checkpoint"]) if "checkpoint" in columns

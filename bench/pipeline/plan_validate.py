@@ -74,6 +74,7 @@ def _row(cals: dict, o: pl.Observation, machine: str, how: str, target: pl.Link 
     peak = max(o.peak_bytes.values()) if o.peak_bytes else float("nan")
     return {"run_id": o.run_id, "case_id": o.case_id, "candidate": p.candidate.label, "stages": o.stages, "dp": o.dp,
             "tp": o.tp, "fsdp": o.fsdp, "layout": p.candidate.layout, "comm_source": p.comm_source,
+            "oversubscribed": o.oversubscribed,
             "schedule": o.schedule, "chunks": o.chunks, "micro_batch": o.micro_batch,
             "checkpoint": o.checkpoint, "predicted_step_s": p.step_s, "measured_step_s": o.step_s,
             "step_error": p.step_s / o.step_s - 1, "predicted_bubble": p.bubble, "measured_bubble": o.bubble,
@@ -133,6 +134,17 @@ def per_layout(rows: list[dict]) -> dict:
         sub = g.drop(columns="_layout").to_dict("records")
         out[lay] = {"cases": len(sub), **{k: v for k, v in errors(sub).items() if k.endswith("mape_pct")},
                     "comm_source": str(sub[0].get("comm_source", ""))}
+    return out
+
+
+def by_sharing(rows: list[dict]) -> dict:
+    """The step and peak MAPE of the oversubscribed cases (more ranks than cores: they time-share the
+    host, which the collectives a --comm run measured alone do not) and of the others, apart."""
+    out = {}
+    for name, flag in (("oversubscribed", True), ("not_oversubscribed", False)):
+        sub = [r for r in rows if bool(r.get("oversubscribed", False)) == flag]
+        if sub:
+            out[name] = {"cases": len(sub), **{k: v for k, v in errors(sub).items() if k.endswith("mape_pct")}}
     return out
 
 
