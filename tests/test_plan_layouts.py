@@ -72,8 +72,12 @@ def test_the_alpha_beta_of_each_collective_is_recovered_and_scaled_to_an_unmeasu
 def test_each_source_is_named_from_the_run(tmp_path):
     assert pc.comm_of(comm_run(tmp_path, "c1")).source == "collectives run c1"
     assert pc.comm_of(comm_run(tmp_path, "c2", {"source": {"tool": "nccl-tests"}})).source == "nccl-tests import c2"
-    sim = {"simcluster": {"nodes": [{"link_rate": "500 Mbit/s"}, {"link_rate": "500 Mbit/s"}]}}
-    assert pc.comm_of(comm_run(tmp_path, "c3", sim)).source == "simcluster link 500 Mbit/s (run c3)"
+    sim = {"simcluster": {"nodes": [{"link_rate": "500 Mbit/s"}, {"link_rate": "500 Mbit/s"}], "ranks_per_node": 2}}
+    got = pc.comm_of(comm_run(tmp_path, "c3", sim))
+    assert got.source == "simcluster link 500 Mbit/s (run c3)" and got.ranks_per_node == 2
+    assert pc.comm_of(comm_run(tmp_path, "c1b")).ranks_per_node == 0  # one node
+    two = machine_meta(nodes=2, world=4)  # 4 ranks over 2 nodes
+    assert pc.comm_of(comm_run(tmp_path, "c5", two)).ranks_per_node == 2
     got = pc.comm_of(comm_run(tmp_path, "c4", inter=True))
     assert ("all_reduce", 2, "inter") in got.fits and ("all_reduce", 2, "intra") in got.fits
 
@@ -321,3 +325,28 @@ def test_oversubscribed_cases_are_scored_apart():
     got = pv.by_sharing([row(True, 0.9, 1.0), row(True, 0.8, 1.0), row(False, 1.01, 1.0)])
     assert got == {"oversubscribed": {"cases": 2, "step_mape_pct": pytest.approx(15.0), "peak_mape_pct": 0.0},
                    "not_oversubscribed": {"cases": 1, "step_mape_pct": pytest.approx(1.0), "peak_mape_pct": 0.0}}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--ranks-per-node", "-1"], "--ranks-per-node -1 is not a rank count; give an integer >= 0"),
+    (["--comm", "{cal}"], "has no collectives cases; pass a distbench collectives run"),
+    (["--tp", "2,x"], "tp '2,x' is not a comma list of integers"),
+    (["--tp", "3"], "tp degree 3 does not divide width 512 of mlp-pipe"),
+])
+def test_bad_layout_options_are_one_line(tmp_path, capsys, extra, message):
+    cal = stored(tmp_path, "cal", CAL)
+    argv = ["plan", str(cal), "--schedules", "gpipe", "--chunks", "4", *[a.format(cal=cal) for a in extra]]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    if message.startswith("tp degree"):  # no candidate of that degree: listed as skipped, not an error
+        assert code == 0 and message in out
+    else:
+        assert code == 2 and len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_tp_and_fsdp_degrees_are_not_swapped():
+    cals = pf.fit_layouts(CAL, order_of)
+    cands, _ = ps.candidates(cals, [2], ["gpipe"], [4], 1024, dps=[1], tps=[2], fsdps=[1])
+    assert {c.layout for c in cands} == {"pp2 tp2"}
+    cands, _ = ps.candidates(cals, [2], ["gpipe"], [4], 1024, dps=[1], tps=[1], fsdps=[2])
+    assert {c.layout for c in cands} == {"pp2 fsdp2"}

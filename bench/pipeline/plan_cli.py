@@ -58,8 +58,8 @@ def add_parser(sub):
                         "reduce_scatter at the group sizes), an imported nccl-tests log or a simcluster run; without, "
                         "the tp / fsdp / uncalibrated dp terms are 0 (marked)")
     p.add_argument("--ranks-per-node", type=int, default=0,
-                   help="ranks per node of the machine predicted for (default 0: one node); a group wider than a "
-                        "node uses --comm's inter-node figures")
+                   help="ranks per node of the machine predicted for (default: --comm's run's where it spanned "
+                        "nodes, else one node); a group wider than a node uses --comm's inter-node figures")
     p.add_argument("--tp-across-nodes", action="store_true",
                    help="place tp groups across nodes (inter-node figures); by default tp is innermost, within a node")
     p.add_argument("--schedules", default=None, help="schedules to consider (default: every one torch ships)")
@@ -172,7 +172,8 @@ def _where(args, machine: str, measured: dict) -> Where:
     if args.ranks_per_node < 0:
         raise BenchError(f"--ranks-per-node {args.ranks_per_node} is not a rank count; give an integer >= 0")
     comm = comm_of(args.comm, machine_of_dir(args.comm)) if args.comm else plan_comm.none()
-    return Where(comm=comm, ranks_per_node=args.ranks_per_node, tp_across=args.tp_across_nodes, measured=measured)
+    return Where(comm=comm, ranks_per_node=args.ranks_per_node or comm.ranks_per_node, tp_across=args.tp_across_nodes,
+                 measured=measured)
 
 
 def _degrees(args, cals: dict, worlds, stages, measured: dict) -> tuple[list, list, list]:

@@ -60,6 +60,7 @@ class Comm:
     source: str  # where the figures come from (named in every prediction)
     fits: dict = field(default_factory=dict)  # (collective, group, scope) -> CollFit
     machine: str = ""  # the machine the figures were measured on ("" for the default)
+    ranks_per_node: int = 0  # the measured machine's ranks per node where its run spanned nodes (0: one node)
 
     def seconds(self, collective: str, group: int, nbytes: float, scope: str = "intra") -> tuple[float, str]:
         """(seconds, note): note is "" when the fit was measured at this group size and scope."""
@@ -101,7 +102,18 @@ def source_of(meta: dict, run_dir) -> str:
     return f"collectives run {rid}"
 
 
-def fit_rows(rows, source: str, machine: str = "") -> Comm:
+def ranks_per_node_of(meta: dict) -> int:
+    """Ranks per node of a run that spanned nodes: a simcluster run's own figure, else world / nodes
+    of its widest multi-node launch; 0 when every launch was on one node."""
+    sim = meta.get("simcluster")
+    if isinstance(sim, dict) and sim.get("ranks_per_node"):
+        return int(sim["ranks_per_node"])
+    multi = [la for la in (meta.get("launches") or {}).values()
+             if isinstance(la, dict) and int(la.get("nodes") or 1) > 1 and la.get("world")]
+    return max((int(la["world"]) // int(la["nodes"]) for la in multi), default=0)
+
+
+def fit_rows(rows, source: str, machine: str = "", ranks_per_node: int = 0) -> Comm:
     """rows: (collective, group, scope, size_bytes, median seconds); one fit per (collective, group,
     scope) with two or more sizes."""
     pts: dict = {}
@@ -119,7 +131,7 @@ def fit_rows(rows, source: str, machine: str = "") -> Comm:
         raise BenchError(f"communication run '{source}' has no collective measured at two or more sizes on two or "
                          f"more ranks; measure one with distbench collectives -c all_reduce,all_gather,reduce_scatter "
                          f"-b 4K -e 64M")
-    return Comm(source=source, fits=fits, machine=machine)
+    return Comm(source=source, fits=fits, machine=machine, ranks_per_node=ranks_per_node)
 
 
 def comm_of(run_dir, machine: str = "") -> Comm:
@@ -135,7 +147,7 @@ def comm_of(run_dir, machine: str = "") -> Comm:
     df = res.assign(scope=["inter" if int(x or 1) > 1 else "intra" for x in
                            (nodes if hasattr(nodes, "__iter__") else [nodes] * len(res))])
     g = df.groupby(["collective", "world", "scope", "size_bytes"])["time_median_s"].median().reset_index()
-    return fit_rows(g.itertuples(index=False, name=None), source_of(meta, run_dir), machine)
+    return fit_rows(g.itertuples(index=False, name=None), source_of(meta, run_dir), machine, ranks_per_node_of(meta))
 
 
 def crosses(block: int, ranks_per_node: int) -> bool:

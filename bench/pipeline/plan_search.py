@@ -53,7 +53,7 @@ def candidates(cals: dict, stages, schedules, chunks, batch, checkpoints=None,
     batch / (dp x fsdp) samples in `chunks` micro-batches; the tp ranks of a stage share theirs."""
     spec = get_spec(next(iter(cals.values())).model) if any(t > 1 for t in tps) else None
     out, skipped = [], []
-    for dp, fsdp, tp in _layouts(dps or sorted(cals), fsdps, tps):
+    for dp, fsdp, tp in _layouts(dps or sorted(cals), tps, fsdps):
         modes = checkpoints or pl.layout_for(cals, dp * fsdp * tp).checkpoints
         for p in (p for p in stages if not worlds or p * dp * fsdp * tp in worlds):
             where = pl.layout_label(p, dp, tp, fsdp)
