@@ -81,7 +81,7 @@ def estimate_s(cfg: DoctorConfig, unit: Unit) -> float:
     if unit.name == "pairs":
         return (unit.world + 1) * 4 * (cfg.warmup + cfg.reps) * 0.05
     if unit.name == "compute":
-        return unit.world * (cfg.compute_reps + 1) * 0.5
+        return unit.world * (cfg.compute_reps + 1) * 0.15
     return 2 * (cfg.warmup + cfg.reps) * 0.2
 
 

@@ -50,6 +50,7 @@ class Suspect:
     mads: float  # MADs from the class median (inf when the class has no spread)
     evidence: str  # one line
     explains: tuple = field(default=(), compare=False)  # the (src, dst) pairs it accounts for
+    rank: int = field(default=-1, compare=False)  # a compute suspect's rank (-1 for the others)
 
 
 def robust(values) -> tuple[float, float]:
@@ -136,7 +137,7 @@ def compute_suspects(comp: pd.DataFrame, th: Thresholds) -> list[Suspect]:
     for r in comp.itertuples():
         m = high(r.t, med, mad, th.mad_k, th.compute_excess)
         if m is not None:
-            out.append(Suspect(name=f"rank {r.rank} compute", scope="compute", factor=r.t / med, mads=m,
+            out.append(Suspect(name=f"rank {r.rank} compute", scope="compute", factor=r.t / med, mads=m, rank=r.rank,
                                evidence=f"rank {r.rank} ({r.node}) compute: {fmt_s(r.t)} per matmul ({th.compute_statistic} "
                                         f"of its repetitions), median of "
                                         f"{len(comp)} ranks {fmt_s(med)}, {fmt_mads(m)} above (+{r.t / med - 1:.0%})"))
@@ -226,7 +227,7 @@ def diagnose(pairs: pd.DataFrame, comp: pd.DataFrame, th: Thresholds, groups: pd
              oversubscribed: bool = False) -> list[Suspect]:
     """Every suspect, worst first (see the module's docstring for the order of attribution)."""
     found = compute_suspects(comp, th) if len(comp) >= 3 else []
-    slow_ranks = {int(s.name.split()[1]) for s in found}
+    slow_ranks = {s.rank for s in found}
     left = pairs[~(pairs["src"].isin(slow_ranks) | pairs["dst"].isin(slow_ranks))]
     for step in (node_suspects, node_link_suspects):
         new = step(left[left["cls"] == "inter"], th)
