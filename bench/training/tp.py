@@ -22,6 +22,8 @@ def plan(spec: ModelSpec, pieces=None) -> dict:
     the slice (a Rowwise block needs its Colwise partner's sharded output), GPT blocks are whole."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # lazy: torch.distributed.tensor.parallel (~0.6 s) only when tp runs
 
+    if spec.family == "timed":  # the timed tp plan is its blocks' own (TimedBlock.tp_shard), no DTensor
+        return {}
     idx = list(range(spec.depth if spec.family == "mlp" else spec.depth + 2)) if pieces is None else list(pieces)
     out = {}
     if spec.family == "mlp":
@@ -56,6 +58,9 @@ def setup(ctx: Ctx) -> Trainer:
     mesh = init_device_mesh(ctx.device.type, (ctx.world,))
     model = build_model(ctx.spec, ctx.seed).to(ctx.device)
     parallelize_module(model, mesh, plan(ctx.spec))
+    if ctx.spec.family == "timed":  # known times / tp, one all-reduce each way (bench.workloads.models.TimedBlock)
+        for block in model:
+            block.tp_shard(mesh.get_group(), ctx.world)
     batches = Batches(ctx.spec, ctx.batch, ctx.steps, ctx.seed)  # same batch on every rank
     return TPTrainer(ctx, model, batches, model.parameters())
 
