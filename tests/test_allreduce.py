@@ -398,7 +398,7 @@ def test_each_nccl_setting_gets_a_fresh_launch_recorded_in_its_rows(tmp_path, mo
 def test_ring_chunk_is_the_backends_default_unless_asked(backend, asked, want, monkeypatch):
     """Issue 17 item 5: the suite's chunk_bytes forced 1 MiB on NCCL; the plan resolves the backend's
     default (bench.allreduce.ring.default_chunk_bytes) and every ring case carries it."""
-    from bench.allreduce import kind as ar_kind
+    from bench.allreduce import cases as ar_kind
 
     for v in ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
         monkeypatch.delenv(v, raising=False)

@@ -175,7 +175,7 @@ def _toml(v) -> str:
 
 
 def _fields(kind: str) -> list[str]:
-    return [f.name for f in dataclasses.fields(KINDS.get(kind).config)]
+    return [f.name for f in dataclasses.fields(KINDS.get(kind).config_class())]
 
 
 @st.composite

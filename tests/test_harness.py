@@ -32,7 +32,7 @@ NAMES = KINDS.names()
 def default_config(kind: Kind):
     """The kind's shipped default suite, as `distbench <kind>` with no options loads it."""
     args = build_parser().parse_args([kind.name])
-    return load_suite(resolve_suite(kind.name, kind.name), kind.config, kind.name, kind.options(args))
+    return load_suite(resolve_suite(kind.name, kind.name), kind.config_class(), kind.name, kind.options(args))
 
 
 def test_the_four_kinds_are_registered():
@@ -43,8 +43,8 @@ def test_the_four_kinds_are_registered():
 def test_every_kind_supplies_its_parts(name):
     kind = KINDS.get(name)
     assert kind.name == name and kind.help
-    assert isinstance(kind.config, type) and issubclass(kind.config, RunConfig)
-    assert dataclasses.is_dataclass(kind.config) and kind.config.__dataclass_params__.frozen
+    assert isinstance(kind.config_class(), type) and issubclass(kind.config_class(), RunConfig)
+    assert dataclasses.is_dataclass(kind.config_class()) and kind.config_class().__dataclass_params__.frozen
     for part in ("add_options", "options", "units", "measure", "worlds", "at_world", "plan"):
         assert callable(getattr(kind, part)), part
     for part in ("section", "summary", "live"):
@@ -81,7 +81,7 @@ def test_options_and_the_default_plan(name):
     """Parsed options map onto config fields; the plan has one launch per world of the suite."""
     kind = KINDS.get(name)
     args = build_parser().parse_args([name])
-    fields = {f.name for f in dataclasses.fields(kind.config)}
+    fields = {f.name for f in dataclasses.fields(kind.config_class())}
     assert set(kind.options(args)) <= fields
     cfg = default_config(kind)
     worlds = tuple(kind.worlds(cfg))

@@ -6,6 +6,7 @@ import threading
 
 import pandas as pd
 
+from bench.allreduce import cases as ar_cases
 from bench.allreduce import kind as ar_kind
 from bench.allreduce.config import AllreduceConfig
 from bench.allreduce.nccl_log import (
@@ -109,7 +110,7 @@ def test_variant_launches_log_tuning(monkeypatch):
     for v in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "TORCHELASTIC_RUN_ID", "SLURM_PROCID"):
         monkeypatch.delenv(v, raising=False)
     cfg = AllreduceConfig(algorithms=("native",), nccl_algos=("Tree",), nccl_protos=(), sizes=("1M",), world=(2,))
-    plan = ar_kind.plan(cfg, "nccl", (2,))
+    plan = ar_cases.plan(cfg, "nccl", (2,))
     base, probe, variant = plan.launches
     assert base.env == {}
     # issue 17 item 7: NCCL logs its choice in a short probe launch; the timed launch runs without logging

@@ -241,7 +241,7 @@ def test_every_strategy_says_its_memory(name):
 @pytest.mark.parametrize("name", KINDS.names())
 def test_every_kind_answers_memory(name):
     kind = KINDS.get(name)
-    cfg = kind.config()
+    cfg = kind.config_class()()
     world = kind.worlds(cfg)[0]
     need, label = kind.memory.need(cfg, world)
     assert need > 0 and label
