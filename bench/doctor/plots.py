@@ -6,6 +6,7 @@ import html
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import LogNorm
 from matplotlib.patches import Rectangle
 
 from bench.doctor.summary import thresholds_of
@@ -25,7 +26,10 @@ def _heatmap(pairs, col, scale, unit, cmap, ranks, marked, nodes, out_dir, name,
     fig, axes = new_figure(6.4, 5.4)
     ax = axes[0][0]
     m = _grid(pairs, col, ranks, scale)
-    im = ax.imshow(m, cmap=cmap, interpolation="nearest")
+    finite = m[np.isfinite(m)]
+    spread = finite.size and finite.min() > 0 and finite.max() / finite.min() > 10
+    # a log scale when intra- and inter-node figures are orders apart, so either class shows its spread
+    im = ax.imshow(m, cmap=cmap, interpolation="nearest", norm=LogNorm() if spread else None)
     fig.colorbar(im, ax=ax, label=unit)
     pos = {r: i for i, r in enumerate(ranks)}
     for s, d in marked:
@@ -39,7 +43,8 @@ def _heatmap(pairs, col, scale, unit, cmap, ranks, marked, nodes, out_dir, name,
         for i in range(len(ranks)):
             for j in range(len(ranks)):
                 if np.isfinite(m[i, j]):
-                    ax.text(j, i, f"{m[i, j]:.3g}", ha="center", va="center", fontsize=7, color="white")
+                    ax.text(j, i, f"{m[i, j]:.3g}", ha="center", va="center", fontsize=7, color="white",
+                            bbox={"facecolor": "black", "alpha": 0.35, "linewidth": 0, "pad": 1})
     ax.set_xticks(range(len(ranks)), [str(r) for r in ranks])
     ax.set_yticks(range(len(ranks)), [str(r) for r in ranks])
     ax.set_xlabel("receiver rank")
