@@ -68,7 +68,8 @@ def acceptance(run, cfg) -> list[str]:
 
 
 KIND = KINDS.register(Kind(
-    module=__name__, name="collectives", help="time every collective primitive across message sizes", config="bench.collectives.config:CollectivesConfig",
+    module=__name__, name="collectives", help="time every collective primitive across message sizes",
+    config="bench.collectives.config:CollectivesConfig",
     columns=COLUMNS, tables=("results", "samples", "ranks", "telemetry"), add_options=add_options, options=options,
     units=later(CASES, "units"), measure=later(CASES, "measure"), plan=later(CASES, "plan"),
     estimate_s=later(CASES, "estimate_s"), acceptance=acceptance, memory=memory_later("bench.collectives.memory"),

@@ -74,8 +74,9 @@ def _section(entries, out):
 
 KIND = KINDS.register(Kind(
     module=__name__, name="pipeline", help="pipeline parallelism (torch.distributed.pipelining): chunks sweep, bubble",
-    config="bench.pipeline.config:PipelineConfig", columns=COLUMNS, tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans",
-                                   "microbatch_efficiency", "telemetry", "plan_predictions"),
+    config="bench.pipeline.config:PipelineConfig", columns=COLUMNS,
+    tables=("results", "strategy_ranks", "strategy_steps", "strategy_spans", "microbatch_efficiency", "telemetry",
+            "plan_predictions"),
     add_options=add_options, options=options, units=later(CASES, "units"),
     measure=later("bench.training.measure", "measure"), worlds=lambda cfg: cfg.worlds(),
     after_units=later(CASES, "efficiency"), at_world=at_world, memory=memory_later(CASES),
