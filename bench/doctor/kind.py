@@ -86,9 +86,12 @@ def estimate_s(cfg: DoctorConfig, unit: Unit) -> float:
 
 
 def need(cfg: DoctorConfig, world: int) -> tuple[int, str]:
-    n = cfg.compute_n or 512
+    """Bytes per rank: the pair buffers (sent and received, both sizes), the probe's three matrices
+    (float32 on CPU; bfloat16 8192 x 8192 by default on GPU) or the group buffer, the largest."""
     pairs = 2 * (parse_size(cfg.small_bytes) + parse_size(cfg.large_bytes))
-    return max(pairs, 3 * n * n * 4, parse_size(cfg.group_bytes)), "the pair buffers and the matmul"
+    cpu = 3 * (cfg.compute_n or 512) ** 2 * 4
+    gpu = 0 if cfg.backend == "gloo" else 3 * (cfg.compute_n or 8192) ** 2 * 2
+    return max(pairs, cpu, gpu, parse_size(cfg.group_bytes)), "the pair buffers, the matmul probe or the group buffer"
 
 
 def fits(cfg: DoctorConfig, world: int, budget: float) -> list[str]:
