@@ -39,7 +39,7 @@ def test_the_walk_reaches_every_subcommand():
     paths = {" ".join(path) for path, _ in walk(build_parser())}
     assert {"collectives", "allreduce", "pipeline", "strategies", "report", "runs", "show", "history", "bisect",
             "baseline record", "baseline update", "gate", "compare", "export", "import nccl-tests", "plan",
-            "telemetry-overhead", "simcluster"} <= paths
+            "telemetry-overhead", "simcluster", "doctor"} <= paths
 
 
 def test_one_meaning_per_flag_name():
