@@ -404,3 +404,19 @@ def test_compute_uses_each_rank_s_best_repetition_by_default():
     best = diagnose(pair_matrix(None), compute_table(rows), TH)
     assert [s.name for s in best] == ["rank 3 compute"] and "9.5 ms per matmul (min of its repetitions)" in best[0].evidence
     assert compute_table(rows, "median")["t"].tolist() == [5e-3, 11e-3, 5e-3, 10e-3]
+
+
+@pytest.mark.slow  # a launch of 4 ranks: 15-40 s on a busy 2-core machine
+def test_suspects_exit_1_through_the_harness_and_are_stored(tmp_path):
+    """Thresholds every difference crosses: the ranks slower than the median rank are compute
+    suspects; the run exits 1, says so on stderr, and stores them as doctor_suspects."""
+    from bench.results.store import load_run
+
+    r = run_cli("doctor", *FAST, "--out", str(tmp_path), "--mad-k", "1e-9", "--compute-excess", "1e-9",
+                "--min-shortfall", "0.99", "--latency-verdict", "off", timeout=300)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "distbench: doctor: " in r.stderr and "suspect(s); the top one: rank " in r.stderr
+    run = load_run(next((tmp_path / "doctor").iterdir()))
+    table = run["doctor_suspects"]
+    assert list(table["position"]) == list(range(1, len(table) + 1)) and set(table["scope"]) == {"compute"}
+    assert len(table) >= 1 and (table["factor"] >= 1).all()
