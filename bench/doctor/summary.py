@@ -9,6 +9,7 @@ import pandas as pd
 
 from bench.doctor.verdict import (Thresholds, compute_table, fmt_bw, fmt_s, group_table, latency_judged,
                                   oversubscribed_rows, pair_matrix, verdict_of)
+from bench.doctor.schedule import INTER, nodes_of, rounds_for
 from bench.report.terminal import Printer
 
 MATRIX_MAX = 16  # worlds up to this print the bandwidth matrix itself
@@ -78,6 +79,11 @@ class DoctorLive(Printer):
 
     def start(self, launch, units):
         self.communicator(launch, "doctor: ")
+        names, nodes = nodes_of(launch.hosts)
+        rounds = rounds_for(nodes)
+        inter = sum(r.link_class == INTER for r in rounds)
+        self.p(f"# {len(names)} node(s) by host name, {len(rounds)} round(s) of disjoint pairs: {inter} inter-node, "
+               f"{len(rounds) - inter} intra-node; each pair both ways")
 
     def unit(self, unit, index: int, total: int):
         self.p(f"# [{index}/{total}] {unit.name} ...")
