@@ -420,3 +420,8 @@ def test_suspects_exit_1_through_the_harness_and_are_stored(tmp_path):
     table = run["doctor_suspects"]
     assert list(table["position"]) == list(range(1, len(table) + 1)) and set(table["scope"]) == {"compute"}
     assert len(table) >= 1 and (table["factor"] >= 1).all()
+
+
+def test_the_summary_of_a_run_without_rows_says_no_suspect():
+    text = doctor_summary(SimpleNamespace(tables={}, meta={}))
+    assert text.startswith("# doctor: 0 rank(s) on 0 node(s) ()") and text.endswith("# verdict: no suspect")
