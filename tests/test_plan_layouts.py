@@ -350,3 +350,17 @@ def test_tp_and_fsdp_degrees_are_not_swapped():
     assert {c.layout for c in cands} == {"pp2 tp2"}
     cands, _ = ps.candidates(cals, [2], ["gpipe"], [4], 1024, dps=[1], tps=[1], fsdps=[2])
     assert {c.layout for c in cands} == {"pp2 fsdp2"}
+
+
+def test_a_composed_layout_takes_the_target_p2p_link():
+    from plan_fixtures import BOUNDARY as PIPE_BOUNDARY, LINK, observe_linked
+
+    cals = pf.fit_layouts([observe_linked(s, m) for s, m in (("gpipe", 1), ("gpipe", 2), ("gpipe", 4), ("gpipe", 8),
+                                                              ("1f1b", 2), ("1f1b", 8))], order_of, link=LINK,
+                          boundary_bytes=PIPE_BOUNDARY)
+    slow = pl.Link(alpha_s=1e-3, beta_s_per_byte=1 / 1e8, source="inter-node", sizes=(1024, 2**26))
+    cand = pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=4, micro_batch=256)
+    p = ps.predict(cals, cand, link=slow)
+    wire = slow.seconds(256 * PIPE_BOUNDARY)  # F of stage 0 sends forward, B of stage 1 sends back
+    assert p.step_s == pytest.approx(_replayed("1f1b", 4, 256, {(0, "F"): wire, (1, "B"): wire}, tp=2), rel=1e-5)
+    assert "p2p from inter-node, not the calibration's link (sendrecv-run)" in p.extrapolated

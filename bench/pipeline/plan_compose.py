@@ -26,6 +26,7 @@ an MLP pair has one of each, a GPT block 2 and 4; the timed family's tp plan one
 block), less the first stage's first backward one (the model's input needs no gradient). P_s: the stage's parameters as one tp rank holds them; P_r: the pipeline rank's stages'.
 """
 
+from bench.errors import BenchError
 from bench.pipeline import plan as pl
 from bench.pipeline.plan_comm import Comm, scopes
 from bench.training import schedules as scheds
@@ -77,8 +78,9 @@ def _rank_params(spec, sch, r: int, p: int, bounds, tp: int) -> tuple[float, lis
 
 
 def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_of, *, ranks_per_node: int = 0,
-            tp_across: bool = False, to: str = "", how: str = "") -> pl.Prediction:
-    """A composed candidate predicted (the module's docstring has every term)."""
+            tp_across: bool = False, to: str = "", how: str = "", link: pl.Link | None = None) -> pl.Prediction:
+    """A composed candidate predicted (the module's docstring has every term); `link`: the target's
+    p2p between pipeline ranks (--target-p2p), default the calibration's."""
     k = cand.dp * cand.fsdp * cand.tp
     cal = pl.layout_for(cals, k)
     notes = [f"{k} rank(s) per stage not calibrated (stage times of the {pl.layout_label(cand.stages, cal.dp)} "
@@ -91,7 +93,12 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
     once, once_why = cal.step_overhead_for(cand.stages)
     where = scopes(cand.tp, cand.fsdp, cand.dp, ranks_per_node, tp_across)
     comm_act = _stage_comm(spec, cand, comm, where, bounds, notes)
-    p2p = pl.transfers(cand.schedule, cand.stages, order, cand.micro_batch, cal.link, cal.boundary_bytes)
+    if link is not None and cal.link is None:
+        raise BenchError("a target p2p link needs a calibration with its own (--p2p): without, the calibrated "
+                         "overhead already holds the calibration machine's transfers")
+    p2p = pl.transfers(cand.schedule, cand.stages, order, cand.micro_batch, link or cal.link, cal.boundary_bytes)
+    if link is not None and link != cal.link:
+        notes.append(f"p2p from {link.source}, not the calibration's link ({cal.link.source})")
     alone = {key: t / cand.tp for key, t in pl.durations(costs, order, cand.micro_batch).items()}
     dur = {key: t + (o if key[1] in pl.SENDING else 0.0) + p2p.get(key, 0.0) + comm_act.get(key, 0.0)
            for key, t in alone.items()}

@@ -89,7 +89,7 @@ def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None, to: str
         return pl.predict(mine, cand, pl.torch_order, link=link, target=to, mapped_by=how)
     if cand.composed or (cand.dp not in cals and where.comm.fits):
         return compose(cals, cand, where.comm, get_spec(next(iter(cals.values())).model), pl.torch_order,
-                       ranks_per_node=where.ranks_per_node, tp_across=where.tp_across, to=to, how=how)
+                       ranks_per_node=where.ranks_per_node, tp_across=where.tp_across, to=to, how=how, link=link)
     return pl.predict(pl.layout_for(cals, cand.dp), cand, pl.torch_order, link=link, target=to, mapped_by=how)
 
 
