@@ -23,6 +23,8 @@ all_reduce, (n - 1) / n for all_gather and reduce_scatter: nccl-tests PERFORMANC
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from bench.errors import BenchError
 from bench.results.rundir import read_meta
 from bench.results.store import load_run
@@ -143,9 +145,9 @@ def comm_of(run_dir, machine: str = "") -> Comm:
         raise BenchError(f"run '{run_dir}' has no collectives cases; pass a distbench collectives run, an imported "
                          "nccl-tests log (distbench import nccl-tests) or a distbench simcluster run")
     meta = run.meta or read_meta(Path(run_dir), [])
-    nodes = res["nodes"] if "nodes" in res.columns else 1
-    df = res.assign(scope=["inter" if int(x or 1) > 1 else "intra" for x in
-                           (nodes if hasattr(nodes, "__iter__") else [nodes] * len(res))])
+    nodes = (pd.to_numeric(res["nodes"], errors="coerce").fillna(1) if "nodes" in res.columns
+             else pd.Series(1, index=res.index))
+    df = res.assign(scope=["inter" if n > 1 else "intra" for n in nodes])
     g = df.groupby(["collective", "world", "scope", "size_bytes"])["time_median_s"].median().reset_index()
     return fit_rows(g.itertuples(index=False, name=None), source_of(meta, run_dir), machine, ranks_per_node_of(meta))
 
