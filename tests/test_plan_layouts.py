@@ -364,3 +364,13 @@ def test_a_composed_layout_takes_the_target_p2p_link():
     wire = slow.seconds(256 * PIPE_BOUNDARY)  # F of stage 0 sends forward, B of stage 1 sends back
     assert p.step_s == pytest.approx(_replayed("1f1b", 4, 256, {(0, "F"): wire, (1, "B"): wire}, tp=2), rel=1e-5)
     assert "p2p from inter-node, not the calibration's link (sendrecv-run)" in p.extrapolated
+
+
+def test_communication_of_another_machine_is_marked_never_applied_silently():
+    cals = pf.fit_layouts(CAL, order_of)
+    gpu = pc.Comm(source="nccl-tests import n1", fits=pc.fit_rows(comm_rows(), "x").fits, machine="NVIDIA H100, nccl")
+    p = ps.predict(cals, pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=4, micro_batch=256),
+                   where=ps.Where(comm=gpu))
+    assert "communication measured on NVIDIA H100, nccl, predicted for " in p.extrapolated
+    same = pc.Comm(source="collectives run c", fits=gpu.fits, machine="")
+    assert "communication measured" not in ps.predict(cals, p.candidate, where=ps.Where(comm=same)).extrapolated

@@ -126,8 +126,8 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
     busiest = max(sum(comm_act.get((s, kk), 0.0) for s, kk, _ in acts) for acts in order.values())
     target = to or cal.machine
     moved = f"calibrated on {cal.machine}, predicted for {target} ({how})" if target != cal.machine else ""
-    off = (f"communication measured on {comm.machine}, not the calibration's machine"
-           if comm.machine and comm.machine != cal.machine and not moved else "")
+    off = (f"communication measured on {comm.machine}, predicted for {target}"
+           if comm.machine and comm.machine != target else "")
     return pl.Prediction(candidate=cand, step_s=step, samples_per_s=cand.batch / step, bubble=compute.mean_bubble,
                          peak_bytes=max(memory), calibrated_on=cal.machine, predicted_for=target,
                          comm_source=comm.source, comm_s={"tp_fsdp_per_action_s": busiest, **per_step},
