@@ -425,3 +425,11 @@ def test_suspects_exit_1_through_the_harness_and_are_stored(tmp_path):
 def test_the_summary_of_a_run_without_rows_says_no_suspect():
     text = doctor_summary(SimpleNamespace(tables={}, meta={}))
     assert text.startswith("# doctor: 0 rank(s) on 0 node(s) ()") and text.endswith("# verdict: no suspect")
+
+
+def test_a_link_slow_both_ways_is_named_in_node_order_whichever_way_is_slower():
+    slow = matrix(4, 2, slow=lambda a, b, na, nb: {("node2", "node0"): 0.2, ("node0", "node2"): 0.4}.get((na, nb), 1.0))
+    (top,) = diagnose(slow, compute(8), TH)
+    assert top.name == "link node0 <-> node2"
+    pairs = matrix(2, 4, slow=lambda a, b, na, nb: 0.3 if {a, b} == {1, 6} else 1.0)
+    assert [s.name for s in diagnose(pairs, compute(8), TH)] == ["link rank 1 <-> rank 6"]

@@ -180,6 +180,8 @@ def node_link_suspects(inter: pd.DataFrame, th: Thresholds) -> list[Suspect]:
             continue
         both = (b, a) in flagged
         seen |= {(a, b), (b, a)}
+        if both:
+            a, b = sorted((a, b))  # 'link node0 <-> node2', whichever direction was slower
         keys = [(a, b), (b, a)] if both else [(a, b)]
         pairs = pd.concat([groups[k] for k in keys])
         value = float(np.median(pairs["bw"]))
@@ -211,6 +213,8 @@ def rank_link_suspects(pairs: pd.DataFrame, th: Thresholds, latency: bool = True
                     continue
                 both = (d, s) in hits
                 done |= {(s, d), (d, s)}
+                if both:
+                    s, d = min(s, d), max(s, d)
                 arrow = "<->" if both else "->"
                 if col == "bw":
                     text = f"{fmt_bw(v)}, median of {where} pairs {fmt_bw(med)}, {fmt_mads(m)} below ({v / med - 1:.0%})"
