@@ -22,7 +22,7 @@ def _grid(pairs, col: str, ranks: list[int], scale: float) -> np.ndarray:
     return m
 
 
-def _heatmap(pairs, col, scale, unit, cmap, ranks, marked, nodes, out_dir, name, title):
+def _heatmap(pairs, col, scale, unit, cmap, ranks, marked, nodes, out_dir, name, title, slow_ranks=()):
     fig, axes = new_figure(6.4, 5.4)
     ax = axes[0][0]
     m = _grid(pairs, col, ranks, scale)
@@ -47,11 +47,16 @@ def _heatmap(pairs, col, scale, unit, cmap, ranks, marked, nodes, out_dir, name,
                             bbox={"facecolor": "black", "alpha": 0.35, "linewidth": 0, "pad": 1})
     ax.set_xticks(range(len(ranks)), [str(r) for r in ranks])
     ax.set_yticks(range(len(ranks)), [str(r) for r in ranks])
+    for lab in (*ax.get_xticklabels(), *ax.get_yticklabels()):  # a compute suspect: its rank in red
+        if lab.get_text() in {str(r) for r in slow_ranks}:
+            lab.set_color("red")
+            lab.set_fontweight("bold")
     ax.set_xlabel("receiver rank")
     ax.set_ylabel("sender rank")
     ax.set_title(title)
     return save(fig, out_dir, name, title, f"{title}: heatmap, row = sender, column = receiver",
-                caption="red outline: a pair a suspect accounts for; black lines: node boundaries")
+                caption="red outline: a pair a suspect accounts for; red rank: a compute suspect; "
+                        "black lines: node boundaries")
 
 
 def section(entries, out_dir) -> Section:
@@ -64,12 +69,13 @@ def section(entries, out_dir) -> Section:
             continue
         suspects = verdict_of(res, thresholds_of(e.run.meta))
         marked = {p for s in suspects for p in s.explains}
+        slow = {s.rank for s in suspects if s.rank >= 0}
         ranks = sorted(set(pairs["src"]) | set(pairs["dst"]))
         nodes = {**dict(zip(pairs["src"], pairs["src_node"])), **dict(zip(pairs["dst"], pairs["dst_node"]))}
         sec.images.append(_heatmap(pairs, "bw", 1e-6, "MB/s", "viridis", ranks, marked, nodes, out_dir,
-                                   f"doctor-bandwidth-{e.label}", f"{e.label}: bandwidth per pair (MB/s)"))
+                                   f"doctor-bandwidth-{e.label}", f"{e.label}: bandwidth per pair (MB/s)", slow))
         sec.images.append(_heatmap(pairs, "lat", 1e6, "us", "magma_r", ranks, marked, nodes, out_dir,
-                                   f"doctor-latency-{e.label}", f"{e.label}: one-way latency per pair (us)"))
+                                   f"doctor-latency-{e.label}", f"{e.label}: one-way latency per pair (us)", slow))
         rows = "".join(f"<tr><td>{i}</td><td>{html.escape(s.name)}</td><td>{s.factor:.2f}x</td>"
                        f"<td>{html.escape(s.evidence)}</td></tr>" for i, s in enumerate(suspects, 1))
         body = rows or "<tr><td colspan='4'>no suspect</td></tr>"
