@@ -1,6 +1,7 @@
 """Name -> unit registries (collectives, algorithms, strategies) with did-you-mean errors."""
 
-from typing import Generic, Iterator, TypeVar
+import importlib
+from typing import Callable, Generic, Iterator, TypeVar
 
 from bench.errors import unknown
 
@@ -40,3 +41,19 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         return iter(self._items.values())
+
+
+def on_first_use(package: str, units: tuple[str, ...], exports: list[str]) -> Callable[[str], object]:
+    """A package's module `__getattr__` (PEP 562): the first use of one of `exports` (e.g. REGISTRY)
+    imports every unit module in `units` order (each registers itself; that order is the display
+    order), then returns the name from the package's `base` module. The package's own import stays
+    light: the units import torch, and the kinds' registrations, which every command reads, must not."""
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        for unit in units:
+            importlib.import_module(f"{package}.{unit}")
+        return getattr(importlib.import_module(f"{package}.base"), name)
+
+    return __getattr__

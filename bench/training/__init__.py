@@ -11,19 +11,11 @@
   training rows are read), plots and layout_table (the kinds' report sections).
 """
 
-import importlib
+from bench.registry import on_first_use
 
 TRAINERS = ("dp", "ddp", "layer", "tp", "pp", "fsdp", "composed")  # registration order is display order
 
 __all__ = ["REGISTRY", "Strategy"]
 
 
-def __getattr__(name: str):
-    """`from bench.training import REGISTRY` (PEP 562): every trainer imported (registered), then the
-    name. Not at the import of this package: the trainers import torch, and the kinds' registrations,
-    which every command reads, import the engine's light modules (columns, reading, summary)."""
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    for trainer in TRAINERS:
-        importlib.import_module(f"{__name__}.{trainer}")
-    return getattr(importlib.import_module(f"{__name__}.base"), name)
+__getattr__ = on_first_use(__name__, TRAINERS, __all__)  # `from bench.training import REGISTRY`: every unit registered first
