@@ -113,10 +113,13 @@ def test_progress_when_stderr_is_not_a_terminal_is_a_plain_line_per_case(monkeyp
 
 
 def test_progress_on_a_terminal_is_the_carriage_return_line(monkeypatch):
+    """Rewritten in place, and the cursor left at the start of the line: the case's table row that
+    follows on stdout overwrites it instead of being appended after it (which, seen in a terminal,
+    pushed every row right by the progress text and wrapped it)."""
     err = _Tty()
     monkeypatch.setattr("sys.stderr", err)
     monkeypatch.setattr("time.monotonic", lambda: 100.0)
     p = Progress(2)
     p.tick("a@1K")
     p.tick("a@4K")
-    assert err.getvalue() == "\r[1/2] elapsed 0 s, ETA 0 s   \r[2/2] elapsed 0 s, ETA 0 s   \n"
+    assert err.getvalue() == "\r\x1b[K[1/2] elapsed 0 s, ETA 0 s\r\r\x1b[K[2/2] elapsed 0 s, ETA 0 s\n"

@@ -26,6 +26,8 @@ class Progress:
             case = f" {key} done," if key else ""
             print(f"[{self.done}/{self.total}]{case} elapsed {el:.0f} s, ETA {eta:.0f} s", file=sys.stderr, flush=True)
             return
-        end = "\n" if self.done == self.total else ""
-        print(f"\r[{self.done}/{self.total}] elapsed {el:.0f} s, ETA {eta:.0f} s   ", end=end, file=sys.stderr,
+        # cleared (ESC [K) and written, then the cursor back at the line's start: whatever is printed
+        # next (the case's row on stdout) overwrites the line instead of following it on the same line
+        end = "\n" if self.done == self.total else "\r"
+        print(f"\r\x1b[K[{self.done}/{self.total}] elapsed {el:.0f} s, ETA {eta:.0f} s", end=end, file=sys.stderr,
               flush=True)
