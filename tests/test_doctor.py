@@ -349,6 +349,22 @@ def test_heatmaps_outline_the_suspects(tmp_path):
     assert "link node1 &lt;-&gt; node2" in sec.tables[0][1]
 
 
+def test_the_report_headline_is_the_latest_runs_bandwidth_heatmap_and_verdict(tmp_path):
+    from bench.doctor.plots import headline
+
+    pairs = matrix(4, 2, slow=lambda a, b, na, nb: 0.5 if {na, nb} == {"node1", "node2"} else 1.0)
+    sick = SimpleNamespace(tables={"results": _rows(pairs, compute(8))}, meta={"config": {}})
+    well = SimpleNamespace(tables={"results": _rows(matrix(4, 2), compute(8))}, meta={"config": {}})
+    sec = headline([SimpleNamespace(label="old", run=well, baseline=False),
+                    SimpleNamespace(label="new", run=sick, baseline=False)], tmp_path)
+    assert [i.file for i in sec.images] == ["headline-doctor-bandwidth-new.png"]
+    assert len(sec.tables) == 1 and "link node1 &lt;-&gt; node2" in sec.tables[0][1]
+    sec = headline([SimpleNamespace(label="new", run=well, baseline=False)], tmp_path)
+    assert "no suspect" in sec.tables[0][1]
+    empty = SimpleNamespace(tables={"results": _rows(matrix(4, 2), compute(8)).iloc[0:0]}, meta={"config": {}})
+    assert headline([SimpleNamespace(label="e", run=empty, baseline=False)], tmp_path).missing == ["no doctor pair rows"]
+
+
 def test_the_matmul_probe_runs_on_one_thread_and_restores_the_thread_count():
     import torch
 

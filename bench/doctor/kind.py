@@ -133,5 +133,6 @@ KIND = KINDS.register(Kind(
     read=Reading(metrics=(Metric("time_median_s", True, True), Metric("algbw_gbps", False, False)),
                  group="doctor_test"),
     report=Report(title="Doctor: pair matrix and suspects", section=drawn_by("bench.doctor.plots", "section"),
+                  headline=drawn_by("bench.doctor.plots", "headline"),
                   summary=doctor_summary, live=DoctorLive),
 ))

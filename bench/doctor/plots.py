@@ -59,27 +59,56 @@ def _heatmap(pairs, col, scale, unit, cmap, ranks, marked, nodes, out_dir, name,
                         "black lines: node boundaries")
 
 
+def _view(e):
+    """One run's pair matrix, its suspects and what they mark (None when the run has no pair rows)."""
+    res = e.run.tables.get("results")
+    pairs = pair_matrix(res)
+    if pairs.empty:
+        return None
+    suspects = verdict_of(res, thresholds_of(e.run.meta))
+    return dict(pairs=pairs, suspects=suspects, marked={p for s in suspects for p in s.explains},
+                slow={s.rank for s in suspects if s.rank >= 0}, ranks=sorted(set(pairs["src"]) | set(pairs["dst"])),
+                nodes={**dict(zip(pairs["src"], pairs["src_node"])), **dict(zip(pairs["dst"], pairs["dst_node"]))})
+
+
+def _bandwidth(v, out_dir, name, title):
+    return _heatmap(v["pairs"], "bw", 1e-6, "MB/s", "viridis", v["ranks"], v["marked"], v["nodes"], out_dir, name,
+                    title, v["slow"])
+
+
+def _verdict_table(suspects) -> str:
+    rows = "".join(f"<tr><td>{i}</td><td>{html.escape(s.name)}</td><td>{s.factor:.2f}x</td>"
+                   f"<td>{html.escape(s.evidence)}</td></tr>" for i, s in enumerate(suspects, 1))
+    body = rows or "<tr><td colspan='4'>no suspect</td></tr>"
+    return f"<table><tr><th>#</th><th>suspect</th><th>factor</th><th>evidence</th></tr>{body}</table>"
+
+
 def section(entries, out_dir) -> Section:
     sec = Section("doctor", "Doctor: pair matrix and suspects")
     for e in entries:
-        res = e.run.tables.get("results")
-        pairs = pair_matrix(res)
-        if pairs.empty:
+        v = _view(e)
+        if v is None:
             sec.missing.append(f"{e.label}: no pair rows")
             continue
-        suspects = verdict_of(res, thresholds_of(e.run.meta))
-        marked = {p for s in suspects for p in s.explains}
-        slow = {s.rank for s in suspects if s.rank >= 0}
-        ranks = sorted(set(pairs["src"]) | set(pairs["dst"]))
-        nodes = {**dict(zip(pairs["src"], pairs["src_node"])), **dict(zip(pairs["dst"], pairs["dst_node"]))}
-        sec.images.append(_heatmap(pairs, "bw", 1e-6, "MB/s", "viridis", ranks, marked, nodes, out_dir,
-                                   f"doctor-bandwidth-{e.label}", f"{e.label}: bandwidth per pair (MB/s)", slow))
-        sec.images.append(_heatmap(pairs, "lat", 1e6, "us", "magma_r", ranks, marked, nodes, out_dir,
-                                   f"doctor-latency-{e.label}", f"{e.label}: one-way latency per pair (us)", slow))
-        rows = "".join(f"<tr><td>{i}</td><td>{html.escape(s.name)}</td><td>{s.factor:.2f}x</td>"
-                       f"<td>{html.escape(s.evidence)}</td></tr>" for i, s in enumerate(suspects, 1))
-        body = rows or "<tr><td colspan='4'>no suspect</td></tr>"
-        sec.tables.append((f"{e.label}: verdict",
-                           f"<table><tr><th>#</th><th>suspect</th><th>factor</th><th>evidence</th></tr>{body}</table>"))
+        sec.images.append(_bandwidth(v, out_dir, f"doctor-bandwidth-{e.label}", f"{e.label}: bandwidth per pair (MB/s)"))
+        sec.images.append(_heatmap(v["pairs"], "lat", 1e6, "us", "magma_r", v["ranks"], v["marked"], v["nodes"],
+                                   out_dir, f"doctor-latency-{e.label}", f"{e.label}: one-way latency per pair (us)",
+                                   v["slow"]))
+        sec.tables.append((f"{e.label}: verdict", _verdict_table(v["suspects"])))
+    plt.close("all")
+    return sec
+
+
+def headline(entries, out_dir) -> Section:
+    """The answer first: the latest doctor run's bandwidth heatmap (suspects outlined) and its verdict."""
+    sec = Section("doctor-headline", "doctor")
+    runs = [e for e in entries if not getattr(e, "baseline", False)]
+    v = _view(runs[-1]) if runs else None
+    if v is None:
+        sec.missing.append("no doctor pair rows")
+        return sec
+    e = runs[-1]
+    sec.images.append(_bandwidth(v, out_dir, f"headline-doctor-bandwidth-{e.label}", f"{e.label}: bandwidth per pair (MB/s)"))
+    sec.tables.append((f"{e.label}: verdict", _verdict_table(v["suspects"])))
     plt.close("all")
     return sec
