@@ -29,18 +29,10 @@ from bench.errors import BenchError
 from bench.results.rundir import read_meta
 from bench.results.store import load_run
 from bench.timing import alphabeta
+from bench.timing.busbw import bus_factor
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv")
 DEFAULT = "default: no communication calibration (terms 0, a floor)"
-
-
-def bus_factor(collective: str, n: int) -> float:
-    """Bytes a ring moves per byte of S at n ranks (nccl-tests PERFORMANCE.md)."""
-    if collective == "all_reduce":
-        return 2 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter"):
-        return (n - 1) / n
-    return 1.0
 
 
 @dataclass(frozen=True, kw_only=True)

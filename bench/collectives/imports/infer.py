@@ -21,18 +21,20 @@ name decides, and where it does not, the reader refuses and says what it tried.
 import re
 from dataclasses import dataclass
 
-# program: (reduces, rooted, size = count x bytes x ranks, bus factor at n ranks)
-SIGNATURES = {
-    "all_reduce": (True, False, False, lambda n: 2 * (n - 1) / n),
-    "reduce_scatter": (True, False, True, lambda n: (n - 1) / n),
-    "reduce": (True, True, False, lambda n: 1.0),
-    "all_gather": (False, False, True, lambda n: (n - 1) / n),
-    "alltoall": (False, False, True, lambda n: (n - 1) / n),
-    "sendrecv": (False, False, False, lambda n: 1.0),
-    "broadcast": (False, True, False, lambda n: 1.0),
-    "gather": (False, True, True, lambda n: (n - 1) / n),
-    "scatter": (False, True, True, lambda n: (n - 1) / n),
-}
+from bench.timing.busbw import FACTORS
+
+# program: (reduces, rooted, size = count x bytes x ranks, bus factor at n ranks: bench.timing.busbw)
+SIGNATURES = {program: (*facts, FACTORS[program]) for program, facts in {
+    "all_reduce": (True, False, False),
+    "reduce_scatter": (True, False, True),
+    "reduce": (True, True, False),
+    "all_gather": (False, False, True),
+    "alltoall": (False, False, True),
+    "sendrecv": (False, False, False),
+    "broadcast": (False, True, False),
+    "gather": (False, True, True),
+    "scatter": (False, True, True),
+}.items()}
 # nccl-tests type name -> bytes per element (src/common.cu wordSize)
 WORD_BYTES = {"int8": 1, "char": 1, "uint8": 1, "int32": 4, "int": 4, "uint32": 4, "int64": 8, "uint64": 8,
               "half": 2, "float": 4, "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
