@@ -343,3 +343,69 @@ def test_the_check_walks_lists_of_pieces_without_joining_them():
     got[2][10] = -1
     assert wrong_elements(got, list(want.split(7)), "sum", torch.int64, 2) == 1
     assert wrong_elements(got, want, "sum", torch.int64, 2) == 1
+
+
+# ---- concurrent groups (--group-size, nccl-tests' NCCL_TESTS_SPLIT="DIV n") -----------------------
+
+def _check_split(info, names, size):
+    """Every collective in groups of `size` consecutive ranks, all groups at once."""
+    from bench.collectives.cases import split_groups
+
+    group, rank, n = split_groups(info.rank, info.world, size)
+    out = {}
+    for name in names:
+        coll = REGISTRY.get(name)
+        if n < coll.min_world:
+            continue
+        wrong = checks = 0
+        for v in _variants(coll, n):
+            wrong += check(coll, Ctx(rank=rank, world=n, device=info.device, group=group, **v), 1)
+            checks += 1
+        out[name] = (wrong, checks)
+    return out
+
+
+@pytest.mark.parametrize("name", REGISTRY.names())
+def test_every_collective_is_exact_in_concurrent_groups(split_checked, name):
+    for rank, per_coll in split_checked.items():
+        if name in per_coll:
+            wrong, checks = per_coll[name]
+            assert checks > 0 and wrong == 0, f"{name}: {wrong} wrong elements on rank {rank} in groups of 2"
+
+
+@pytest.fixture(scope="module")
+def split_checked():
+    out = spawn(_check_split, 4, REGISTRY.names(), 2)
+    assert sorted(out) == [0, 1, 2, 3]
+    return out
+
+
+def test_split_groups_are_consecutive_blocks():
+    from bench.collectives.cases import members
+
+    assert members(0, 4, 2) == [0, 1] and members(3, 4, 2) == [2, 3]
+    assert members(5, 8, 4) == [4, 5, 6, 7] and members(1, 2, 2) == [0, 1]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--nproc", "4", "--group-size", "3"], "group size 3 does not divide world size 4; allowed: 2, 4"),
+    (["--nproc", "2", "--group-size", "1"], "group size 1 must be >= 2"),
+    (["--nproc", "2", "--group-size", "two"], "bad group size 'two'"),
+])
+def test_bad_group_size_is_one_line_exit_2(argv, message, tmp_path, capsys):
+    out = tmp_path / "results"
+    rc = main(["collectives", "--out", str(out), "--sizes", "1K", "-c", "all_reduce", *argv])
+    assert_usage_error(rc, capsys.readouterr().err, message, out)
+
+
+def test_a_split_run_stores_its_groups(tmp_path):
+    p = run_cli("collectives", "-c", "all_reduce", "--nproc", "4", "--group-size", "2", "--sizes", "4K,64K",
+                "--budget-s", "0.001", "-n", "5", "-w", "1", "--no-telemetry", "--out", str(tmp_path / "res"))
+    assert p.returncode == 0, p.stderr
+    (run_dir,) = (tmp_path / "res" / "collectives").iterdir()
+    df = load_run(run_dir)["results"]
+    assert (df["world"] == 4).all() and (df["group_size"] == 2).all() and (df["groups"] == 2).all()
+    assert (df["wrong"] == 0).all() and (df["bus_factor"] == 1.0).all()  # all_reduce at n = 2: 2 (n - 1) / n
+    assert df["case_id"].str.endswith(".w4.g2").all()
+    s = load_run(run_dir)["samples"]
+    assert sorted(s["rank"].unique()) == [0, 1, 2, 3]  # every rank's time, both groups

@@ -22,7 +22,7 @@ class Broadcast(Collective):
         return Bufs(inputs=buf, outputs=buf)
 
     def call(self, c, b, async_op=False):
-        return dist.broadcast(b.inputs, src=c.root, group=c.group, async_op=async_op)
+        return dist.broadcast(b.inputs, src=c.global_rank(c.root), group=c.group, async_op=async_op)
 
     def result(self, c, b):
         return b.outputs

@@ -32,6 +32,31 @@ class Unit:
         return f"{self.case.case_id}@{self.size}B"
 
 
+def members(rank: int, world: int, size: int) -> list[int]:
+    """The world ranks of `rank`'s communicator: the block of `size` consecutive ranks holding it
+    (nccl-tests' NCCL_TESTS_SPLIT="DIV size"; a tensor-parallel group of a DeviceMesh, tp innermost)."""
+    first = rank // size * size
+    return list(range(first, first + size))
+
+
+_GROUPS: dict = {}
+
+
+def split_groups(rank: int, world: int, size: int):
+    """(communicator, rank in it, its size) for groups of `size`; (None, rank, world) for one group.
+    dist.new_group is collective over the world: every rank creates every group, in one order, once
+    per process group."""
+    import torch.distributed as dist
+
+    if not size or size == world:
+        return None, rank, world
+    key = (id(dist.group.WORLD), size)
+    if key not in _GROUPS:
+        _GROUPS[key] = {first: dist.new_group(list(range(first, first + size))) for first in range(0, world, size)}
+    mine = members(rank, world, size)
+    return _GROUPS[key][mine[0]], rank - mine[0], size
+
+
 def estimate_s(cfg: CollectivesConfig, unit: Unit) -> float:
     """Per placement: the timed budget plus about as much for warm-up, calibration and the check."""
     return len(unit.case.placements) * 2 * cfg.budget_s
@@ -89,9 +114,10 @@ def measure(unit: Unit, launch) -> dict:
     loop = LoopSpec(mode=case.mode, warmup=cfg.warmup, iters=cfg.iters, budget_s=cfg.budget_s,
                     blocking=bool(cfg.blocking))
     tables = {"results": [], "samples": [], "ranks": []}
+    group, rank, n = split_groups(info.rank, info.world, case.group)
     for placement in case.placements:
-        ctx = Ctx(rank=info.rank, world=info.world, count=size // esize if size else 0, dtype=dtype,
-                  device=info.device, op=case.op or None, root=max(case.root, 0), inplace=placement == "in-place")
+        ctx = Ctx(rank=rank, world=n, count=size // esize if size else 0, dtype=dtype, device=info.device,
+                  op=case.op or None, root=max(case.root, 0), inplace=placement == "in-place", group=group)
         bufs = coll.setup(ctx)
         with launch.tel.case(case.case_id, size_bytes=size, placement=placement) as tc:
             res = timed_loop(lambda a: coll.call(ctx, bufs, a), spec=loop, device=info.device,
@@ -111,10 +137,11 @@ def measure(unit: Unit, launch) -> dict:
         if info.rank != 0:
             continue
         key = {"run_id": launch.run_id, "case_id": case.case_id, "size_bytes": size, "placement": placement}
-        cols, ranks, samples = timed_tables(key, per_rank, size, coll.bus_factor(info.world), launch.hosts,
+        cols, ranks, samples = timed_tables(key, per_rank, size, coll.bus_factor(n), launch.hosts,
                                             launch.node_ranks, rank_reduce_for(cfg.rank_reduce, loop.mode))
         tables["results"].append({
             **launch.base_row(), **key, "collective": case.collective, "algorithm": "native", "count": ctx.count,
+            "group_size": n, "groups": info.world // n,
             "dtype": case.dtype, "op": case.op, "root": case.root, "mode": case.mode, "blocking": loop.blocking, "warmup_iters": loop.warmup,
             "iters": res.ops, "warmup_op_s": warm, **cols, "checks": cfg.check if coll.sized else 0, "wrong": wrong,
             "profile_trace": trace, **tc.summary,

@@ -2,6 +2,8 @@
 the message-size sweep columns every sized kind shares, bench.results.schema.COLLECTIVE)."""
 
 COLLECTIVES = {
+    "group_size": "Int64",  # ranks per communicator (the n of busbw); the world when one group holds every rank
+    "groups": "Int64",  # communicators running the collective at once (world / group_size; --group-size)
     "max_error": "float64",  # imported nccl-tests before 2.13: its `error` column (the largest deviation), as printed
 }
 

@@ -23,6 +23,9 @@ class CollectivesConfig(RunConfig):
     description: str = ""
     collectives: tuple[str, ...] = ("all",)  # registry names, or "all"
     world: tuple[int, ...] = (2,)  # one launch (one process group) per world size
+    # ranks per communicator: the world runs world / n groups of n consecutive ranks at once, each the
+    # collective (nccl-tests' NCCL_TESTS_SPLIT="DIV n"); () or n = world: one group of every rank
+    group_sizes: tuple[int, ...] = ()
     dtypes: tuple[str, ...] = ("float32",)
     ops: tuple[str, ...] = ("sum",)  # for reducing collectives only
     roots: tuple[int, ...] = (0,)  # for rooted collectives only
@@ -48,6 +51,7 @@ class CollectivesConfig(RunConfig):
     def __post_init__(self):
         super().__post_init__()
         at_least("world size", self.world)
+        at_least("group size", self.group_sizes, 2)
         for m in self.modes:
             if m not in MODES:
                 raise unknown("timing mode", m, MODES)
@@ -94,10 +98,17 @@ class CaseSpec:
     world: int
     sizes: tuple[int, ...]  # total-array bytes after rounding to whole elements and shards
     placements: tuple[str, ...]
+    group: int = 0  # ranks per communicator when the world runs several at once (0: one, every rank)
+
+    @property
+    def ranks(self) -> int:
+        """Ranks in the communicator: what the bus factor, shards, roots and the check count."""
+        return self.group or self.world
 
     @property
     def case_id(self) -> str:
-        return f"{self.collective}.{self.dtype}.{self.op or 'none'}.root{self.root}.{self.mode}.w{self.world}"
+        return (f"{self.collective}.{self.dtype}.{self.op or 'none'}.root{self.root}.{self.mode}.w{self.world}"
+                + (f".g{self.group}" if self.group else ""))
 
 
 def round_size(size_bytes: int, elem_bytes: int, world: int, sharded: bool) -> tuple[int, int]:
@@ -108,37 +119,55 @@ def round_size(size_bytes: int, elem_bytes: int, world: int, sharded: bool) -> t
     return count * elem_bytes, count
 
 
+def groups_of(cfg: CollectivesConfig, world: int) -> list[int]:
+    """The communicator sizes of a launch at `world`: 0 for every rank in one, else each --group-size
+    that divides the world into several (a size equal to the world is the one group)."""
+    for n in cfg.group_sizes:
+        if world % n:
+            allowed = ", ".join(str(d) for d in range(2, world + 1) if world % d == 0)
+            raise BenchError(f"group size {n} does not divide world size {world}; allowed: {allowed}")
+    return sorted({0 if n == world else n for n in cfg.group_sizes} or {0})
+
+
 def expand(cfg: CollectivesConfig, world: int) -> tuple[list[CaseSpec], list[str]]:
     """Cases for one world size, and notes on what was left out and why."""
     cases, notes = [], []
     for name in cfg.collective_names():
-        coll = REGISTRY.get(name)
-        if world < coll.min_world:
-            notes.append(f"{name} skipped at world {world}: needs world >= {coll.min_world}")
-            continue
-        places = tuple(p for p in coll.placements if p in cfg.placements)
-        if not places:
-            notes.append(f"{name} skipped: it has only {'/'.join(coll.placements)}")
-            continue
-        roots = cfg.roots if coll.has_root else (-1,)
-        for r in roots:
-            if r >= world:
-                raise BenchError(f"root {r} is not a rank at world size {world}; allowed: 0..{world - 1}")
-        dtypes = cfg.dtypes if coll.sized else ("float32",)
-        for dname in dtypes:
-            dtype = parse_dtype(dname)
-            esize = torch.empty((), dtype=dtype).element_size()
-            if coll.sized:
-                sizes = []
-                for s in cfg.size_list():
-                    b, _ = round_size(s, esize, world, coll.sharded)
-                    if b not in sizes:
-                        sizes.append(b)
-            else:
-                sizes = [0]
-            for op in (tuple(parse_op(o) for o in cfg.ops) if coll.reduces else ("",)):
-                for r in sorted(set(roots)):
-                    for mode in cfg.modes:
-                        cases.append(CaseSpec(collective=name, dtype=dtype_name(dtype), op=op, root=r,
-                                              mode=mode, world=world, sizes=tuple(sizes), placements=places))
+        for group in groups_of(cfg, world):
+            cases += _expand_one(cfg, name, world, group, notes)
     return cases, notes
+
+
+def _expand_one(cfg: CollectivesConfig, name: str, world: int, group: int, notes: list) -> list[CaseSpec]:
+    cases, n = [], group or world
+    coll = REGISTRY.get(name)
+    if n < coll.min_world:
+        notes.append(f"{name} skipped at {'world' if n == world else 'group size'} {n}: needs world >= {coll.min_world}")
+        return cases
+    places = tuple(p for p in coll.placements if p in cfg.placements)
+    if not places:
+        notes.append(f"{name} skipped: it has only {'/'.join(coll.placements)}")
+        return cases
+    roots = cfg.roots if coll.has_root else (-1,)
+    for r in roots:
+        if r >= n:
+            where = f"world size {world}" if n == world else f"group size {n}"
+            raise BenchError(f"root {r} is not a rank at {where}; allowed: 0..{n - 1}")
+    dtypes = cfg.dtypes if coll.sized else ("float32",)
+    for dname in dtypes:
+        dtype = parse_dtype(dname)
+        esize = torch.empty((), dtype=dtype).element_size()
+        if coll.sized:
+            sizes = []
+            for s in cfg.size_list():
+                b, _ = round_size(s, esize, n, coll.sharded)
+                if b not in sizes:
+                    sizes.append(b)
+        else:
+            sizes = [0]
+        for op in (tuple(parse_op(o) for o in cfg.ops) if coll.reduces else ("",)):
+            for r in sorted(set(roots)):
+                for mode in cfg.modes:
+                    cases.append(CaseSpec(collective=name, dtype=dtype_name(dtype), op=op, root=r, mode=mode,
+                                          world=world, sizes=tuple(sizes), placements=places, group=group))
+    return cases

@@ -23,7 +23,7 @@ class Gather(Collective):
         return Bufs(inputs=mine, outputs=outs)
 
     def call(self, c, b, async_op=False):
-        return dist.gather(b.inputs, b.outputs, dst=c.root, group=c.group, async_op=async_op)
+        return dist.gather(b.inputs, b.outputs, dst=c.global_rank(c.root), group=c.group, async_op=async_op)
 
     def result(self, c, b):
         return b.outputs if c.rank == c.root else None  # pieces in rank order, not joined

@@ -24,6 +24,9 @@ def add_options(p):
                    help="root rank of the rooted collectives (broadcast, reduce, gather, scatter), comma list")
     deprecated(p, "--root", "--root-rank")
     deprecated(p, "--roots", "--root-ranks")
+    p.add_argument("--group-size", dest="group_sizes", default=None, metavar="N",
+                   help="ranks per communicator, comma list: the world runs world/N groups of N consecutive ranks at "
+                        "once, each the collective (nccl-tests' NCCL_TESTS_SPLIT=\"DIV N\"); default: one group")
     p.add_argument("--placement", dest="placements", default=None, help="out-of-place,in-place")
     p.add_argument("--mode", "--modes", dest="modes", default=None, help="latency,throughput,nccl-tests")
     p.add_argument("--rank-reduce", dest="rank_reduce", default=None,
@@ -55,6 +58,8 @@ def options(args) -> dict:
                           "step_factor", "warmup", "iters", "budget_s", "check", "skip_unsupported", "blocking", "min_busbw"))
     if args.roots is not None:
         ov["roots"] = int_list(args.roots, "root")
+    if args.group_sizes is not None:
+        ov["group_sizes"] = int_list(args.group_sizes, "group size")
     if args.profile is not None:
         ov["profile"] = args.profile
     return ov

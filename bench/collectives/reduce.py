@@ -23,7 +23,7 @@ class Reduce(Collective):
         return Bufs(inputs=buf, outputs=buf)
 
     def call(self, c, b, async_op=False):
-        return dist.reduce(b.inputs, dst=c.root, op=c.torch_op, group=c.group, async_op=async_op)
+        return dist.reduce(b.inputs, dst=c.global_rank(c.root), op=c.torch_op, group=c.group, async_op=async_op)
 
     def result(self, c, b):
         return b.outputs if c.rank == c.root else None

@@ -26,7 +26,7 @@ class Scatter(Collective):
         return Bufs(inputs=chunks, outputs=empty(c, c.shard))
 
     def call(self, c, b, async_op=False):
-        return dist.scatter(b.outputs, b.inputs, src=c.root, group=c.group, async_op=async_op)
+        return dist.scatter(b.outputs, b.inputs, src=c.global_rank(c.root), group=c.group, async_op=async_op)
 
     def result(self, c, b):
         return b.outputs

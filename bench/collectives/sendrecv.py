@@ -34,9 +34,7 @@ class SendRecv(Collective):
                     outputs=empty(c, c.count))
 
     def call(self, c, b, async_op=False):
-        nxt, prv = (c.rank + 1) % c.world, (c.rank - 1) % c.world
-        if c.group is not None:
-            nxt, prv = dist.get_global_rank(c.group, nxt), dist.get_global_rank(c.group, prv)
+        nxt, prv = c.global_rank((c.rank + 1) % c.world), c.global_rank((c.rank - 1) % c.world)
         ops = [dist.P2POp(dist.isend, b.inputs, nxt, c.group), dist.P2POp(dist.irecv, b.outputs, prv, c.group)]
         work = _Batch(dist.batch_isend_irecv(ops))
         if async_op:

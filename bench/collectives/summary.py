@@ -21,7 +21,8 @@ class CollectivesLive(Printer):
             return
         self.current = c = unit.case
         self.p(f"# [{self.cases.index(c) + 1}/{len(self.cases)}] {c.collective}  dtype={c.dtype} op={c.op or 'none'} "
-               f"root={c.root} mode={c.mode}  {len(c.sizes)} size(s)")
+               f"root={c.root} mode={c.mode}  {len(c.sizes)} size(s)"
+               + (f"  {c.world // c.group} groups of {c.group} ranks at once" if c.group else ""))
         self.p("#                                                       out-of-place                        in-place")
         self.p("#       size         count      type   redop    root      time   algbw   busbw #wrong      time   algbw   busbw #wrong")
         self.p("#        (B)    (elements)                                 (us)  (GB/s)  (GB/s)              (us)  (GB/s)  (GB/s)")

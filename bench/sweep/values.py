@@ -24,7 +24,15 @@ class Ctx:
     op: str | None = None  # reduce op name, None for data-movement collectives
     root: int = 0
     inplace: bool = False
-    group: Any = None
+    group: Any = None  # the communicator, when the world runs several groups at once (rank, world: within it)
+
+    def global_rank(self, r: int) -> int:
+        """The world rank of group rank `r` (torch's src/dst/peer arguments are world ranks)."""
+        if self.group is None:
+            return r
+        import torch.distributed as dist
+
+        return dist.get_global_rank(self.group, r)
 
     @property
     def shard(self) -> int:
