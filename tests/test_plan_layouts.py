@@ -57,7 +57,7 @@ def comm_run(tmp_path, name="comm", meta=None, inter=False):
 
 def test_the_alpha_beta_of_each_collective_is_recovered_and_scaled_to_an_unmeasured_group():
     comm = pc.fit_rows(comm_rows(inter=True), "collectives run comm")
-    f = comm.fits[("all_reduce", 2, "intra")]
+    f = comm.fits[("all_reduce", 2, "intra", 1)]
     assert (f.alpha_s, f.beta_s_per_byte) == (pytest.approx(AR[0], rel=1e-9), pytest.approx(AR[1], rel=1e-9))
     assert comm.seconds("all_reduce", 2, 4096, "inter") == (pytest.approx(t(AR_INTER, 4096)), "")
     assert comm.seconds("all_reduce", 1, 4096) == (0.0, "")
@@ -79,7 +79,34 @@ def test_each_source_is_named_from_the_run(tmp_path):
     two = machine_meta(nodes=2, world=4)  # 4 ranks over 2 nodes
     assert pc.comm_of(comm_run(tmp_path, "c5", two)).ranks_per_node == 2
     got = pc.comm_of(comm_run(tmp_path, "c4", inter=True))
-    assert ("all_reduce", 2, "inter") in got.fits and ("all_reduce", 2, "intra") in got.fits
+    assert ("all_reduce", 2, "inter", 1) in got.fits and ("all_reduce", 2, "intra", 1) in got.fits
+
+
+AR_SHARED = (2e-3, 1 / 4e8)  # all_reduce at 2 ranks while another group of 2 runs it on the same cores
+
+
+def test_a_layouts_groups_are_priced_as_measured_running_at_once(tmp_path):
+    """A --group-size run's rows (world 4, groups of 2, two at once) fit apart from the whole-world
+    ones; a pp2 x tp2 candidate (two tp groups at once) takes them, and says so where it cannot."""
+    d = comm_run(tmp_path, "split")
+    df = pd.read_parquet(d / "results.parquet")
+    split = pd.DataFrame([{"run_id": "split", "case_id": "all_reduce.w4.g2", "collective": "all_reduce", "world": 4,
+                           "group_size": 2, "groups": 2, "size_bytes": s, "nodes": 1,
+                           "time_median_s": t(AR_SHARED, s)} for s in SIZES])
+    pd.concat([df, split]).to_parquet(d / "results.parquet")
+    comm = pc.comm_of(d)
+    assert comm.seconds("all_reduce", 2, 4096) == (pytest.approx(t(AR, 4096)), "")  # alone: the world-2 rows
+    assert comm.seconds("all_reduce", 2, 4096, at_once=2) == (pytest.approx(t(AR_SHARED, 4096)), "")
+    got, note = comm.seconds("all_gather", 2, 4096, at_once=2)
+    assert got == pytest.approx(t(AG, 4096)) and note == "all_gather measured with 1 group(s) at once, the layout runs 2"
+    cals = pf.fit_layouts(CAL, order_of)
+    cand = pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=4, micro_batch=256)
+    p = ps.predict(cals, cand, where=ps.Where(comm=comm))
+    ar = t(AR_SHARED, 256 * BOUNDARY)
+    want = _replayed("1f1b", 4, 256, {(0, "F"): 2 * ar, (0, "B"): ar, (1, "F"): 2 * ar, (1, "B"): 2 * ar}, tp=2)
+    assert p.step_s == pytest.approx(want, rel=1e-6) and "group(s) at once" not in p.extrapolated
+    alone = ps.predict(cals, cand, where=ps.Where(comm=pc.fit_rows(comm_rows(), "collectives run comm")))
+    assert "all_reduce measured with 1 group(s) at once, the layout runs 2" in alone.extrapolated
 
 
 def test_a_group_wider_than_a_node_uses_the_inter_node_figures():

@@ -1,13 +1,20 @@
 """The planner's communication terms: Hockney's alpha-beta of each collective at each group size,
 fitted on a stored collectives run of the target machine, and where each layout's groups sit.
 
-    t(collective, n ranks, S bytes) = alpha[c, n, scope] + S * beta[c, n, scope]
+    t(collective, n ranks, S bytes) = alpha[c, n, scope, k] + S * beta[c, n, scope, k]
 
 S is the collective's size as the run stores it (`size_bytes`, nccl-tests' S: an all_gather's
 output, a reduce_scatter's input, an all_reduce's buffer); scope is `intra` (every rank of the
-group on one node) or `inter` (the group crosses nodes: a run whose launch spans nodes). The fit is
-the shared one (bench.timing.alphabeta, one step of S bytes per call: per group size it is exact
-for any algorithm whose cost is a + b S), over the median time per size.
+group on one node) or `inter` (the group crosses nodes: a run whose launch spans nodes); k is how
+many groups ran it at once (`distbench collectives --group-size n` at world k x n; 1 without). The
+fit is the shared one (bench.timing.alphabeta, one step of S bytes per call: per group size it is
+exact for any algorithm whose cost is a + b S), over the median time per size.
+
+A layout's groups run at once: a pp2 x tp2 step has two tp groups all-reducing on one host, which
+share its cores (and, across nodes, its links). Each term asks for k = world / n groups at once
+and takes the fit measured so where the run has it; else the fit measured with the nearest k,
+saying so (`all_reduce measured with 1 group(s) at once, the layout runs 2`): on a host whose
+ranks share cores, a group measured alone misses the time its peers wait for a descheduled rank.
 
 Where the figures come from, named in every prediction that uses them:
   - a `distbench collectives` run (`collectives run R`),
@@ -40,6 +47,7 @@ class CollFit:
     collective: str
     group: int  # ranks in the group
     scope: str  # intra | inter
+    at_once: int = 1  # groups that ran the collective at once (--group-size: world / group)
     alpha_s: float  # seconds per call
     beta_s_per_byte: float  # seconds per byte of S
 
@@ -52,25 +60,30 @@ class Comm:
     """Every fitted collective of one source; `seconds` answers a term and says how it was found."""
 
     source: str  # where the figures come from (named in every prediction)
-    fits: dict = field(default_factory=dict)  # (collective, group, scope) -> CollFit
+    fits: dict = field(default_factory=dict)  # (collective, group, scope, at_once) -> CollFit
     machine: str = ""  # the machine the figures were measured on ("" for the default)
     ranks_per_node: int = 0  # the measured machine's ranks per node where its run spanned nodes (0: one node)
 
-    def seconds(self, collective: str, group: int, nbytes: float, scope: str = "intra") -> tuple[float, str]:
-        """(seconds, note): note is "" when the fit was measured at this group size and scope."""
+    def seconds(self, collective: str, group: int, nbytes: float, scope: str = "intra",
+                at_once: int = 1) -> tuple[float, str]:
+        """(seconds, note): note is "" when the fit was measured at this group size, scope and
+        number of groups at once."""
         if group <= 1 or nbytes <= 0:
             return 0.0, ""
-        if (collective, group, scope) in self.fits:
-            return self.fits[(collective, group, scope)].seconds(nbytes), ""
-        same = [f for (c, _, s), f in self.fits.items() if c == collective and s == scope]
+        if (collective, group, scope, at_once) in self.fits:
+            return self.fits[(collective, group, scope, at_once)].seconds(nbytes), ""
+        same = [f for f in self.fits.values() if f.collective == collective and f.scope == scope]
         if not same:
-            other = [f for (c, _, _), f in self.fits.items() if c == collective]
+            other = [f for f in self.fits.values() if f.collective == collective]
             if not other:
                 return 0.0, f"{collective} not measured in {self.source} (term 0)"
             same, why = other, f"{collective} {scope}-node not measured (used {other[0].scope}-node)"
         else:
             why = ""
-        near = min(same, key=lambda f: (abs(f.group - group), f.group))
+        near = min(same, key=lambda f: (abs(f.group - group), abs(f.at_once - at_once), f.group, f.at_once))
+        if near.at_once != at_once:
+            why = "; ".join(filter(None, [why, f"{collective} measured with {near.at_once} group(s) at once, the "
+                                               f"layout runs {at_once}"]))
         if near.group == group:
             return near.seconds(nbytes), why
         step = (group - 1) / (near.group - 1) if near.group > 1 else float(group - 1)
@@ -108,19 +121,19 @@ def ranks_per_node_of(meta: dict) -> int:
 
 
 def fit_rows(rows, source: str, machine: str = "", ranks_per_node: int = 0) -> Comm:
-    """rows: (collective, group, scope, size_bytes, median seconds); one fit per (collective, group,
-    scope) with two or more sizes."""
+    """rows: (collective, group, scope, size_bytes, median seconds[, groups at once]); one fit per
+    (collective, group, scope, groups at once) with two or more sizes."""
     pts: dict = {}
-    for c, n, scope, s, t in rows:
+    for c, n, scope, s, t, *k in rows:
         if c in COLLECTIVES and n > 1 and s > 0 and t > 0:
-            pts.setdefault((c, int(n), scope), []).append((float(s), float(t)))
+            pts.setdefault((c, int(n), scope, int(k[0]) if k else 1), []).append((float(s), float(t)))
     fits = {}
-    for (c, n, scope), v in sorted(pts.items()):
+    for (c, n, scope, k), v in sorted(pts.items()):
         sizes, times = zip(*sorted(v))
         got = alphabeta.fit(alphabeta.one_message, [2] * len(sizes), sizes, times)
         if got is not None:
-            fits[(c, n, scope)] = CollFit(collective=c, group=n, scope=scope, alpha_s=got.alpha_s,
-                                          beta_s_per_byte=got.beta_s_per_byte)
+            fits[(c, n, scope, k)] = CollFit(collective=c, group=n, scope=scope, at_once=k, alpha_s=got.alpha_s,
+                                             beta_s_per_byte=got.beta_s_per_byte)
     if not fits:
         raise BenchError(f"communication run '{source}' has no collective measured at two or more sizes on two or "
                          f"more ranks; measure one with distbench collectives -c all_reduce,all_gather,reduce_scatter "
@@ -137,10 +150,13 @@ def comm_of(run_dir, machine: str = "") -> Comm:
         raise BenchError(f"run '{run_dir}' has no collectives cases; pass a distbench collectives run, an imported "
                          "nccl-tests log (distbench import nccl-tests) or a distbench simcluster run")
     meta = run.meta or read_meta(Path(run_dir), [])
-    nodes = (pd.to_numeric(res["nodes"], errors="coerce").fillna(1) if "nodes" in res.columns
-             else pd.Series(1, index=res.index))
-    df = res.assign(scope=["inter" if n > 1 else "intra" for n in nodes])
-    g = df.groupby(["collective", "world", "scope", "size_bytes"])["time_median_s"].median().reset_index()
+    col = lambda name, default: (pd.to_numeric(res[name], errors="coerce") if name in res.columns  # noqa: E731
+                                 else pd.Series(float("nan"), index=res.index)).fillna(default)
+    world = col("world", 0)
+    df = res.assign(scope=["inter" if n > 1 else "intra" for n in col("nodes", 1)],
+                    _n=col("group_size", 0).where(lambda n: n > 0, world).astype(int), _k=col("groups", 1).astype(int))
+    g = df.groupby(["collective", "_n", "scope", "size_bytes", "_k"])["time_median_s"].median().reset_index()
+    g = g[["collective", "_n", "scope", "size_bytes", "time_median_s", "_k"]]
     return fit_rows(g.itertuples(index=False, name=None), source_of(meta, run_dir), machine, ranks_per_node_of(meta))
 
 

@@ -58,15 +58,21 @@ def states(params: float, pieces: list[float], dp: int, fsdp: int) -> float:
     return out
 
 
+def at_once(cand: pl.Candidate, degree: int) -> int:
+    """How many groups of `degree` ranks the candidate runs at once: every group of a mesh dimension
+    works in the same step (the stages overlap in a pipeline's steady state), world / degree."""
+    return max(1, cand.world // max(degree, 1))
+
+
 def _stage_comm(spec, cand, comm: Comm, where: dict, bounds, notes: list) -> dict:
     """(stage, kind) -> seconds of its tp all-reduces and fsdp all-gathers per action."""
     act = cand.micro_batch * spec.boundary_bytes_per_sample
     out = {}
     for s, (lo, hi) in enumerate(bounds):
         rows, cols = tp_counts(spec, lo, hi)
-        ar, n1 = comm.seconds("all_reduce", cand.tp, act, where["tp"])
+        ar, n1 = comm.seconds("all_reduce", cand.tp, act, where["tp"], at_once(cand, cand.tp))
         ag, n2 = comm.seconds("all_gather", cand.fsdp, sum(stage_pieces(spec, lo, hi, cand.tp)) * PARAM_BYTES,
-                              where["fsdp"])
+                              where["fsdp"], at_once(cand, cand.fsdp))
         notes += [n for n in (n1, n2) if n]
         out.update({(s, "F"): rows * ar + ag, (s, "B"): cols * ar + ag, (s, "I"): cols * ar + ag, (s, "W"): 0.0})
     return out
@@ -110,9 +116,10 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
     for r in range(cand.stages):
         params, pieces = _rank_params(spec, sch, r, cand.stages, bounds, cand.tp)
         full, full_pieces = _rank_params(spec, sch, r, cand.stages, bounds, 1)
-        ar, n1 = comm.seconds("all_reduce", cand.dp, params * PARAM_BYTES, where["dp"])
-        rs, n2 = comm.seconds("reduce_scatter", cand.fsdp, params * PARAM_BYTES, where["fsdp"])
-        mine, _ = comm.seconds("all_reduce", cal.dp, full * PARAM_BYTES, "intra")
+        ar, n1 = comm.seconds("all_reduce", cand.dp, params * PARAM_BYTES, where["dp"], at_once(cand, cand.dp))
+        rs, n2 = comm.seconds("reduce_scatter", cand.fsdp, params * PARAM_BYTES, where["fsdp"],
+                              at_once(cand, cand.fsdp))
+        mine, _ = comm.seconds("all_reduce", cal.dp, full * PARAM_BYTES, "intra", cand.stages)
         notes += [x for x in (n1, n2) if x]
         per_step["dp_all_reduce_s"] = max(per_step["dp_all_reduce_s"], ar)
         per_step["fsdp_reduce_scatter_s"] = max(per_step["fsdp_reduce_scatter_s"], rs)
