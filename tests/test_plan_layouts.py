@@ -109,6 +109,20 @@ def test_a_layouts_groups_are_priced_as_measured_running_at_once(tmp_path):
     assert "all_reduce measured with 1 group(s) at once, the layout runs 2" in alone.extrapolated
 
 
+def test_the_fits_take_the_throughput_rows_where_the_run_has_both_modes(tmp_path):
+    """A step issues its collectives back to back, no barrier before each: throughput-mode rows
+    (the groups unaligned) are taken over latency-mode ones (a barrier aligns every group)."""
+    d = comm_run(tmp_path, "modes")
+    df = pd.read_parquet(d / "results.parquet").assign(mode="latency")
+    fast = df[df.collective == "all_reduce"].assign(mode="throughput", time_median_s=lambda x: x.time_median_s / 2)
+    pd.concat([df, fast]).to_parquet(d / "results.parquet")
+    comm = pc.comm_of(d)
+    assert comm.seconds("all_reduce", 2, 4096)[0] == pytest.approx(t(AR, 4096) / 2)
+    assert comm.seconds("all_gather", 2, 4096)[0] == pytest.approx(t(AG, 4096))  # latency only: taken
+    assert comm.source == "collectives run modes (throughput, latency mode)"
+    assert pc.comm_of(comm_run(tmp_path, "nomode")).source == "collectives run nomode"
+
+
 def test_a_group_wider_than_a_node_uses_the_inter_node_figures():
     """Mesh (pp, dp, fsdp, tp), tp innermost: a tp group is tp consecutive ranks, fsdp spans tp x fsdp."""
     assert pc.scopes(2, 1, 1, 0) == {"tp": "intra", "fsdp": "intra", "dp": "intra", "pp": "intra"}

@@ -10,6 +10,12 @@ many groups ran it at once (`distbench collectives --group-size n` at world k x 
 fit is the shared one (bench.timing.alphabeta, one step of S bytes per call: per group size it is
 exact for any algorithm whose cost is a + b S), over the median time per size.
 
+Which timing mode: a training step issues its collectives back to back with its compute, no barrier
+before each, every group on its own clock. The fits take, per collective, the rows of the first
+mode the run has of MODES_PREFERRED: throughput (ops back to back, the groups unaligned), then
+nccl-tests, then latency (a barrier before every op: every group starts at once, the most
+contention); the source names the mode(s) taken.
+
 A layout's groups run at once: a pp2 x tp2 step has two tp groups all-reducing on one host, which
 share its cores (and, across nodes, its links). Each term asks for k = world / n groups at once
 and takes the fit measured so where the run has it; else the fit measured with the nearest k,
@@ -39,6 +45,7 @@ from bench.timing import alphabeta
 from bench.timing.busbw import bus_factor
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv")
+MODES_PREFERRED = ("throughput", "nccl-tests", "latency")
 DEFAULT = "default: no communication calibration (terms 0, a floor)"
 
 
@@ -155,9 +162,23 @@ def comm_of(run_dir, machine: str = "") -> Comm:
     world = col("world", 0)
     df = res.assign(scope=["inter" if n > 1 else "intra" for n in col("nodes", 1)],
                     _n=col("group_size", 0).where(lambda n: n > 0, world).astype(int), _k=col("groups", 1).astype(int))
+    df, modes = _preferred_mode(df)
     g = df.groupby(["collective", "_n", "scope", "size_bytes", "_k"])["time_median_s"].median().reset_index()
     g = g[["collective", "_n", "scope", "size_bytes", "time_median_s", "_k"]]
-    return fit_rows(g.itertuples(index=False, name=None), source_of(meta, run_dir), machine, ranks_per_node_of(meta))
+    source = source_of(meta, run_dir) + (f" ({', '.join(modes)} mode)" if modes else "")
+    return fit_rows(g.itertuples(index=False, name=None), source, machine, ranks_per_node_of(meta))
+
+
+def _preferred_mode(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Per collective, only the rows of its first mode in MODES_PREFERRED (a run without a mode
+    column is taken whole); the modes taken."""
+    if "mode" not in df.columns or df["mode"].isna().all():
+        return df, []
+    rank = {m: i for i, m in enumerate(MODES_PREFERRED)}
+    order = df["mode"].map(lambda m: rank.get(m, len(rank)))
+    best = order.groupby(df["collective"]).transform("min")
+    kept = df[order == best]
+    return kept, sorted(set(kept["mode"].dropna()), key=lambda m: rank.get(m, len(rank)))
 
 
 def crosses(block: int, ranks_per_node: int) -> bool:
