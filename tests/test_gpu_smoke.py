@@ -147,6 +147,26 @@ def test_plan_verdict_reads_the_held_out_error():
     assert R.plan_verdict("no numbers")[0] == "FAILED"
 
 
+def test_plan_layouts_verdict_reads_the_held_out_tp_error_and_its_source():
+    text = ("step time MAPE 1.9%  peak memory MAPE 2.0%\n"
+            "per layout: pp2 tp2 step MAPE 1.9%, peak 2.3% (3 cases; comm from collectives run 2026-x (throughput mode))\n")
+    status, line = R.plan_layouts_verdict(text)
+    assert status == "ok" and line.startswith("held-out pp2 x tp2 step MAPE 1.9%, comm from collectives run 2026-x "
+                                              "(throughput mode) (a prediction")
+    two = text.replace(")\n", "); pp4 step MAPE 0.9%, peak 1.7% (3 cases; comm from measured in the pp4 calibration)\n")
+    assert R.plan_layouts_verdict(two)[1] == line
+    assert R.plan_layouts_verdict("step time MAPE 1.9%")[0] == "FAILED"
+
+
+@pytest.mark.slow
+def test_cpu_plan_layouts_through_the_cli(tmp_path):
+    p = smoke("--cpu", "--checks", "plan-layouts", "--out", str(tmp_path), timeout=600)
+    got = lines(p.stdout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    status, line = got["plan-layouts"]
+    assert status == "ok" and "held-out pp2 x tp2 step MAPE" in line and "(throughput mode)" in line, line
+
+
 def test_one_line_of_a_rank_failure():
     e = RuntimeError("\n====\n_entry FAILED\n  traceback : Traceback\n    File x\n  RuntimeError: the rank's own error\n")
     assert gpu_smoke.one_line(e) == "RuntimeError: RuntimeError: the rank's own error"

@@ -19,6 +19,9 @@ C. Several ranks on one device (issue 31 items 1-4; tools/gpu_smoke_ranks.py; do
                          is not cleared in code)
   plan                   `distbench plan` calibrated on a small timed run, validated on the
                          schedules run: its held-out MAPE (needs the CLI: nccl or nccl-shared)
+  plan-layouts           docs/plan.md's layout study, small, at world 4 (timed workload): the
+                         collectives with two groups of 2 at once, pp2 and pp2 x dp2 calibrated,
+                         pp2 x tp2 held out; the held-out MAPE per layout and its comm source
 
 A. Through the public command line (`python -m bench <kind> ...`, nccl, world min(2, GPUs)):
   collectives   all_reduce at 1 MiB and 64 MiB in the latency, throughput and nccl-tests modes:
@@ -474,9 +477,10 @@ def detect_transports(torch, cpu: bool) -> dict:
 
 PROBE_TIMEOUT_S = 60
 # Each part-C check's own limit (seconds; a check never gets more than the budget left).
-PART_C_LIMIT_S = {"latency-ranks": 90, "composed-cases": 180, "schedules": 240, "plan": 240}
+PART_C_LIMIT_S = {"latency-ranks": 90, "composed-cases": 180, "schedules": 240, "plan": 240, "plan-layouts": 300}
 # which transport each check runs on: 'many' for world 4 (composed layouts), 'p2p' for pipelines
-PART_C_TRANSPORT = {"latency-ranks": "collectives", "composed-cases": "many", "schedules": "p2p", "plan": "p2p"}
+PART_C_TRANSPORT = {"latency-ranks": "collectives", "composed-cases": "many", "schedules": "p2p", "plan": "p2p",
+                    "plan-layouts": "many"}
 
 
 def c_probe(args, torch):
@@ -609,7 +613,43 @@ def c_plan(args, torch):
                            f"{args.validate_run} (every schedule, chunks 8), {t.name}")
 
 
-PART_C = {"latency-ranks": c_latency_ranks, "composed-cases": c_composed_cases, "schedules": c_schedules, "plan": c_plan}
+def plan_layouts_argv(t, out: str) -> dict:
+    """docs/plan.md's commands for layouts, small (timed workload, GPipe and 1F1B, batch 16): the
+    communication with the layout's groups at once, pp2 and pp2 x dp2 calibrated (chunks 2, 4),
+    pp2 x tp2 held out (chunks 8)."""
+    tail = ["--backend", t.backend, "--out", out, "--telemetry-interval-s", "0.5"]
+    pipe = ["--model", "timed", "--schedule", "gpipe,1f1b", "--batch", "16", "--steps", "5", "--warmup", "1",
+            "--check", "0", *tail]
+    return {"comm": ["collectives", "-c", "all_reduce,all_gather,reduce_scatter", "--nproc", "2,4", "--group-size", "2",
+                     "--mode", "throughput", "--sizes", "4K,64K,1M", "--budget-s", "0.05", *tail],
+            "pp2": ["pipeline", "--suite", "suites/plan-calibrate.toml", "--stages", "2", "--chunks", "2,4", *pipe],
+            "pp2 dp2": ["pipeline", "--suite", "suites/plan-calibrate.toml", "--stages", "2", "--dp", "2",
+                        "--chunks", "2,4", *pipe],
+            "pp2 tp2": ["pipeline", "--suite", "suites/plan-validate.toml", "--stages", "2", "--tp", "2", "--chunks", "8",
+                        *pipe]}
+
+
+def c_plan_layouts(args, torch):
+    """The planner across layouts at world 4: pp2 x tp2 predicted from pp2, pp2 x dp2 and the
+    collectives run, then measured."""
+    t = R.transport_by_name(args.transport)
+    runs = {}
+    for label, argv in plan_layouts_argv(t, args.out).items():
+        runs[label], _ = _cli_run(argv, t, 80)
+        print(f"## plan-layouts {label}: {runs[label]}", flush=True)
+    p = bench("plan", runs["pp2"], runs["pp2 dp2"], "--comm", runs["comm"], "--validate", runs["pp2 tp2"],
+              "--out", args.out, timeout=60)  # no ranks
+    text = p.stdout + p.stderr
+    for x in text.strip().splitlines()[-12:]:
+        print(f"#   {x}")
+    if p.returncode != 0:
+        return report("FAILED", "plan-layouts", f"exit {p.returncode}: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    status, line = R.plan_layouts_verdict(text)
+    report(status, "plan-layouts", f"{line}; pp2 and pp2 x dp2 calibrated, pp2 x tp2 held out, world 4 on {t.name}")
+
+
+PART_C = {"latency-ranks": c_latency_ranks, "composed-cases": c_composed_cases, "schedules": c_schedules, "plan": c_plan,
+          "plan-layouts": c_plan_layouts}
 CHILD = {**{k: (lambda a, t, _k=k: PART_B[_k](t)) for k in PART_B}, "probe": c_probe,
          **{f"c-{k}": v for k, v in PART_C.items()}}
 

@@ -195,6 +195,16 @@ def plan_verdict(stdout: str) -> tuple[str, str]:
                   + " (a prediction error, printed; not judged)")
 
 
+def plan_layouts_verdict(stdout: str) -> tuple[str, str]:
+    """`distbench plan CAL --comm COMM --validate TP_RUN`: the held-out pp2 x tp2 step MAPE from its
+    'per layout:' line, and where its communication came from."""
+    per = re.search(r"pp2 tp2 step MAPE\s+([0-9.]+)%, peak [0-9.]+% \(\d+ cases?; comm from (.+?)\)(?=; |\s*$)",
+                    stdout, flags=re.M)
+    if not per:
+        return "FAILED", "plan printed no held-out pp2 tp2 step MAPE"
+    return "ok", f"held-out pp2 x tp2 step MAPE {per.group(1)}%, comm from {per.group(2)} (a prediction error, printed; not judged)"
+
+
 # ---- staged point-to-point (gloo with CUDA tensors) -------------------------------------------
 
 class _CopyBack:

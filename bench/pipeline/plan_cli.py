@@ -339,7 +339,7 @@ def _print_errors(rows: list[dict], picks: list[dict]):
         print("apart: " + "; ".join(f"{k.replace('_', ' ')} (ranks > cores) step MAPE {v['step_mape_pct']:.1f}%, "
                                     f"peak {v['peak_mape_pct']:.1f}% ({v['cases']} cases)" for k, v in sharing.items()))
     layouts = per_layout(rows)
-    if len(layouts) > 1:
+    if len(layouts) > 1 or any(not v["comm_source"].startswith("measured in") for v in layouts.values()):
         print("per layout: " + "; ".join(f"{k} step MAPE {v['step_mape_pct']:.1f}%, peak {v['peak_mape_pct']:.1f}% "
                                          f"({v['cases']} cases; comm from {v['comm_source']})"
                                          for k, v in layouts.items()))
