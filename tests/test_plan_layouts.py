@@ -155,15 +155,36 @@ def test_pp_x_tp_is_the_pipeline_split_over_tp_plus_its_all_reduces_and_sharded_
     assert "2 rank(s) per stage not calibrated" in p.extrapolated
 
 
-def test_pp_x_fsdp_gathers_the_stage_per_action_and_reduce_scatters_once():
+PIECE = W * W + W  # one MLP block's parameters: FSDP2 shards (and gathers) each piece on its own
+GATHERS = {"gpipe": {0: {"F0", "F1", "F2", "F3", "B0"}, 1: {"F0", "F1", "F2", "F3", "B0"}},
+           "1f1b": {0: {"F0", "F1", "B0", "B1", "B2"}, 1: {"F0", "B0", "B1", "B2", "B3"}}}
+
+
+def test_fsdp_gathers_a_stage_only_where_torchs_pipelining_left_it_sharded():
+    """torch.distributed.pipelining reshards after every forward (reshard_after_forward) and keeps
+    the parameters between backward micro-batches (set_reshard_after_backward(False)): an action
+    gathers where its stage is sharded: in GPipe every F and the first B; in 1F1B's steady state
+    the B (after an F) and not the F (after a B)."""
+    from bench.pipeline.plan_compose import fsdp_gathers
+
+    for schedule, want in GATHERS.items():
+        got = fsdp_gathers(order_of(schedule, 2, 4))
+        assert {s: {f"{k}{i}" for ss, k, i in got if ss == s} for s in (0, 1)} == want, schedule
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_pp_x_fsdp_gathers_every_piece_where_sharded_and_reduce_scatters_every_piece_once(schedule):
     cals = pf.fit_layouts(CAL, order_of)
     where = ps.Where(comm=pc.fit_rows(comm_rows(), "collectives run comm"))
-    p = ps.predict(cals, pl.Candidate(stages=2, fsdp=2, schedule="gpipe", chunks=4, micro_batch=128), where=where)
-    ag, rs = t(AG, P_FULL * 4), t(RS, P_FULL * 4)
-    want = _replayed("gpipe", 4, 128, {(s, k): ag for s in (0, 1) for k in ("F", "B")}, step=rs)
-    assert p.step_s == pytest.approx(want, rel=1e-6)
+    p = ps.predict(cals, pl.Candidate(stages=2, fsdp=2, schedule=schedule, chunks=4, micro_batch=128), where=where)
+    ag, rs = 4 * t(AG, PIECE * 4), 4 * t(RS, PIECE * 4)  # 4 pieces a stage, one collective each
+    order = order_of(schedule, 2, 4)
+    dur = {k: ln.at(128) + OVERHEAD for k, ln in TRUE.items()}
+    dur.update({(s, a[0], int(a[1:])): dur[(s, a[0])] + ag for s in (0, 1) for a in GATHERS[schedule][s]})
+    assert p.step_s == pytest.approx(replay(order, dur).step_s + rs, rel=1e-6)
     assert p.comm_s["fsdp_reduce_scatter_s"] == pytest.approx(rs)
-    held = pl.inflight(order_of("gpipe", 2, 4))
+    assert p.comm_s["tp_fsdp_per_action_s"] == pytest.approx(5 * ag)  # per step, on the busiest rank
+    held = pl.inflight(order)
     largest = W * W + W  # one block gathered with its gradient: 8 B x the largest piece
     want_peak = max(BASE[r] - 8 * P_FULL + 8 * P_FULL / 2 + 8 * largest + PER_SAMPLE * held[r] * 128 for r in (0, 1))
     assert p.peak_bytes == pytest.approx(want_peak, rel=1e-6)

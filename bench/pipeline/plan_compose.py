@@ -11,11 +11,13 @@ b samples each, b = batch / (dp x fsdp x m)):
   action      t(s, k, b) / tp + o                        (stage compute split over the tp group)
     + tp      F: rows(s) x all_reduce(tp, b x boundary)   (a Rowwise layer's output, Megatron's g)
               B, I: cols(s) x all_reduce(tp, b x boundary) (a Colwise layer's input gradient, f)
-    + fsdp    F, B, I: all_gather(fsdp, P_s / tp x 4 B)   (FSDP2 reshards after forward)
+    + fsdp    F, B, I where the stage is sharded: sum over its pieces of all_gather(fsdp, p x 4 B)
+              (FSDP2 shards each piece on its own; torch's pipelining reshards after every forward
+              and keeps the parameters between backward micro-batches: fsdp_gathers)
     + p2p     the calibration's link (or its overhead), as for a pipeline alone
   step        replay(torch's order) + c
     + dp      all_reduce(dp, P_r / tp x 4 B)              (gradients, once after the last backward)
-    + fsdp    reduce_scatter(fsdp, P_r / tp x 4 B)        (gradients, once: sync on the last backward)
+    + fsdp    sum over pieces of reduce_scatter(fsdp, p x 4 B) (gradients, once: after the last backward)
     - the base's own dp all-reduce, which its c holds (floored at c = 0)
   memory      base[r] - states(base layout) + states(candidate) + q x held x b x A_tp / A_1
               states: P x (4 B params + 4 B grads + optimizer) / fsdp, + 4 B x P gradient buckets
@@ -64,18 +66,38 @@ def at_once(cand: pl.Candidate, degree: int) -> int:
     return max(1, cand.world // max(degree, 1))
 
 
-def _stage_comm(spec, cand, comm: Comm, where: dict, bounds, notes: list) -> dict:
-    """(stage, kind) -> seconds of its tp all-reduces and fsdp all-gathers per action."""
+def fsdp_gathers(order: dict) -> set:
+    """The actions (stage, kind, micro-batch) that all-gather their stage's parameters under FSDP2
+    in torch.distributed.pipelining: a stage starts the step sharded; a forward gathers if sharded
+    and reshards after (reshard_after_forward); a backward (B or I) gathers if sharded and keeps
+    them (the stage calls set_reshard_after_backward(False) on every backward micro-batch; the
+    gradients are reduced once, after the last). In GPipe: every F and the first B; in 1F1B's
+    steady state each B (after an F) and no F (after a B)."""
+    out = set()
+    for acts in order.values():
+        sharded: dict = {}
+        for s, k, i in acts:
+            if k in ("F", "B", "I"):
+                if sharded.get(s, True):
+                    out.add((s, k, i))
+                sharded[s] = k == "F"
+    return out
+
+
+def _stage_comm(spec, cand, comm: Comm, where: dict, bounds, notes: list) -> tuple[dict, dict]:
+    """((stage, kind) -> seconds of its tp all-reduces per action, stage -> seconds of one FSDP gather:
+    an all-gather per piece)."""
     act = cand.micro_batch * spec.boundary_bytes_per_sample
-    out = {}
+    out, gather = {}, {}
     for s, (lo, hi) in enumerate(bounds):
         rows, cols = tp_counts(spec, lo, hi)
         ar, n1 = comm.seconds("all_reduce", cand.tp, act, where["tp"], at_once(cand, cand.tp))
-        ag, n2 = comm.seconds("all_gather", cand.fsdp, sum(stage_pieces(spec, lo, hi, cand.tp)) * PARAM_BYTES,
-                              where["fsdp"], at_once(cand, cand.fsdp))
-        notes += [n for n in (n1, n2) if n]
-        out.update({(s, "F"): rows * ar + ag, (s, "B"): cols * ar + ag, (s, "I"): cols * ar + ag, (s, "W"): 0.0})
-    return out
+        ags = [comm.seconds("all_gather", cand.fsdp, p * PARAM_BYTES, where["fsdp"], at_once(cand, cand.fsdp))
+               for p in stage_pieces(spec, lo, hi, cand.tp)]
+        notes += [n for n in (n1, *(n for _, n in ags)) if n]
+        gather[s] = sum(t for t, _ in ags)
+        out.update({(s, "F"): rows * ar, (s, "B"): cols * ar, (s, "I"): cols * ar, (s, "W"): 0.0})
+    return out, gather
 
 
 def _rank_params(spec, sch, r: int, p: int, bounds, tp: int) -> tuple[float, list[float]]:
@@ -98,7 +120,7 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
     o, o_why = cal.overhead_for(cand.stages, cand.schedule)
     once, once_why = cal.step_overhead_for(cand.stages)
     where = scopes(cand.tp, cand.fsdp, cand.dp, ranks_per_node, tp_across)
-    comm_act = _stage_comm(spec, cand, comm, where, bounds, notes)
+    comm_act, gather = _stage_comm(spec, cand, comm, where, bounds, notes)
     if link is not None and cal.link is None:
         raise BenchError("a target p2p link needs a calibration with its own (--p2p): without, the calibrated "
                          "overhead already holds the calibration machine's transfers")
@@ -108,6 +130,8 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
     alone = {key: t / cand.tp for key, t in pl.durations(costs, order, cand.micro_batch).items()}
     dur = {key: t + (o if key[1] in pl.SENDING else 0.0) + p2p.get(key, 0.0) + comm_act.get(key, 0.0)
            for key, t in alone.items()}
+    gathers = fsdp_gathers(order) if cand.fsdp > 1 else set()
+    dur.update({(s, k, i): dur[(s, k)] + gather[s] for s, k, i in gathers})
     compute = replay(order, alone)
     per_step, memory = {"dp_all_reduce_s": 0.0, "fsdp_reduce_scatter_s": 0.0}, []
     held, base = pl.inflight(order), cal.base_bytes.get(n) or next(iter(cal.base_bytes.values()), {})
@@ -117,8 +141,9 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
         params, pieces = _rank_params(spec, sch, r, cand.stages, bounds, cand.tp)
         full, full_pieces = _rank_params(spec, sch, r, cand.stages, bounds, 1)
         ar, n1 = comm.seconds("all_reduce", cand.dp, params * PARAM_BYTES, where["dp"], at_once(cand, cand.dp))
-        rs, n2 = comm.seconds("reduce_scatter", cand.fsdp, params * PARAM_BYTES, where["fsdp"],
-                              at_once(cand, cand.fsdp))
+        rss = [comm.seconds("reduce_scatter", cand.fsdp, p * PARAM_BYTES, where["fsdp"], at_once(cand, cand.fsdp))
+               for p in pieces]
+        rs, n2 = sum(t for t, _ in rss), "; ".join(dict.fromkeys(n for _, n in rss if n))
         mine, _ = comm.seconds("all_reduce", cal.dp, full * PARAM_BYTES, "intra", cand.stages)
         notes += [x for x in (n1, n2) if x]
         per_step["dp_all_reduce_s"] = max(per_step["dp_all_reduce_s"], ar)
@@ -130,7 +155,8 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
         memory.append(base.get(r, max(base.values()) if base else 0.0) - states(full, full_pieces, cal.dp, 1)
                       + states(params, pieces, cand.dp, cand.fsdp) + q * held.get(r, 0) * cand.micro_batch * ratio)
     step = replay(order, dur).step_s + max(0.0, once - undo) + sum(per_step.values())
-    busiest = max(sum(comm_act.get((s, kk), 0.0) for s, kk, _ in acts) for acts in order.values())
+    busiest = max(sum(comm_act.get((s, kk), 0.0) + (gather[s] if (s, kk, i) in gathers else 0.0)
+                      for s, kk, i in acts) for acts in order.values())
     target = to or cal.machine
     moved = f"calibrated on {cal.machine}, predicted for {target} ({how})" if target != cal.machine else ""
     off = (f"communication measured on {comm.machine}, predicted for {target}"

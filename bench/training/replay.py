@@ -46,7 +46,8 @@ def _deps(stage: int, kind: str, mb: int, n_stages: int) -> list[tuple]:
 
 
 def replay(order: dict, durations: dict, n_stages: int | None = None) -> Replay:
-    """durations: {(stage, kind): seconds per micro-batch}; returns the simulated step."""
+    """durations: {(stage, kind): seconds per micro-batch}, and {(stage, kind, micro-batch): seconds}
+    where one action differs from its kind (an FSDP gather); returns the simulated step."""
     n_stages = n_stages or 1 + max(a[0] for acts in order.values() for a in acts)
     done: dict = {}  # (stage, kind, mb) -> end time
     where: dict = {}
@@ -75,7 +76,7 @@ def replay(order: dict, durations: dict, n_stages: int | None = None) -> Replay:
                 if any(e is None for e in ends):
                     break
                 start = max([free[r], *ends])
-                dur = float(durations[(s, k)])
+                dur = float(durations[(s, k, i)] if (s, k, i) in durations else durations[(s, k)])
                 done[(s, k, i)] = start + dur
                 where[(s, k, i)] = (r, start, start + dur)
                 free[r], busy[r] = start + dur, busy[r] + dur
