@@ -19,9 +19,10 @@ C. Several ranks on one device (issue 31 items 1-4; tools/gpu_smoke_ranks.py; do
                          is not cleared in code)
   plan                   `distbench plan` calibrated on a small timed run, validated on the
                          schedules run: its held-out MAPE (needs the CLI: nccl or nccl-shared)
-  plan-layouts           docs/plan.md's layout study, small, at world 4 (timed workload): the
-                         collectives with two groups of 2 at once, pp2 and pp2 x dp2 calibrated,
-                         pp2 x tp2 held out; the held-out MAPE per layout and its comm source
+  plan-layouts           (only with --checks plan-layouts) docs/plan.md's layout study, small, at
+                         world 4 (timed workload): the collectives with two groups of 2 at once,
+                         pp2 and pp2 x dp2 calibrated, pp2 x tp2 held out; the held-out MAPE per
+                         layout and its comm source
 
 A. Through the public command line (`python -m bench <kind> ...`, nccl, world min(2, GPUs)):
   collectives   all_reduce at 1 MiB and 64 MiB in the latency, throughput and nccl-tests modes:
@@ -650,6 +651,9 @@ def c_plan_layouts(args, torch):
 
 PART_C = {"latency-ranks": c_latency_ranks, "composed-cases": c_composed_cases, "schedules": c_schedules, "plan": c_plan,
           "plan-layouts": c_plan_layouts}
+# run only when named (--checks plan-layouts): four launches at world 4 (about 2 minutes on 2 CPU cores) would
+# leave the default run's other checks without budget
+OPT_IN = {"plan-layouts"}
 CHILD = {**{k: (lambda a, t, _k=k: PART_B[_k](t)) for k in PART_B}, "probe": c_probe,
          **{f"c-{k}": v for k, v in PART_C.items()}}
 
@@ -724,7 +728,7 @@ def part_c(transports: dict, out: str, budget: Budget, names=None):
     report("ok", "transport", f"{p2p.describe()}: {p2p.why}; world 4: {transports.get('many', p2p).name}")
     validate_run = None
     for name in PART_C:
-        if names is not None and name not in names:
+        if (name not in names) if names is not None else name in OPT_IN:
             continue
         t = transports.get(PART_C_TRANSPORT[name], p2p)
         argv = ["--only", f"c-{name}", "--transport", t.name, "--out", out]
