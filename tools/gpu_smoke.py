@@ -603,15 +603,25 @@ def c_plan(args, torch):
         return report("skipped", "plan", "no schedules run to validate on (the item 3 check left none)")
     cal, _ = _cli_run(plan_calibrate_argv(t, args.out), t, PART_C_LIMIT_S["plan"] - 40)
     print(f"## plan calibrated on {cal}", flush=True)
-    p = bench("plan", cal, "--validate", args.validate_run, "--stages", "2", "--out", args.out, timeout=60)  # no ranks
-    text = p.stdout + p.stderr
-    for x in text.strip().splitlines()[-25:]:
-        print(f"#   {x}")
-    if p.returncode != 0:
-        return report("FAILED", "plan", f"exit {p.returncode}: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    text = _plan("plan", [cal, "--validate", args.validate_run, "--stages", "2", "--out", args.out], 25)
+    if text is None:
+        return
     status, line = R.plan_verdict(text)
     report(status, "plan", f"{line}; calibrated on {cal} ({', '.join(PLAN_CALIBRATE_SCHEDULES)}; chunks 2, 4), validated on "
                            f"{args.validate_run} (every schedule, chunks 8), {t.name}")
+
+
+def _plan(check: str, argv: list, tail: int) -> str | None:
+    """`distbench plan ARGV` (no ranks): its last `tail` lines printed; its output, or None after
+    reporting the check FAILED in one line."""
+    p = bench("plan", *argv, timeout=60)
+    text = p.stdout + p.stderr
+    for x in text.strip().splitlines()[-tail:]:
+        print(f"#   {x}")
+    if p.returncode != 0:
+        report("FAILED", check, f"exit {p.returncode}: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+        return None
+    return text
 
 
 def plan_layouts_argv(t, out: str) -> dict:
@@ -638,13 +648,10 @@ def c_plan_layouts(args, torch):
     for label, argv in plan_layouts_argv(t, args.out).items():
         runs[label], _ = _cli_run(argv, t, 80)
         print(f"## plan-layouts {label}: {runs[label]}", flush=True)
-    p = bench("plan", runs["pp2"], runs["pp2 dp2"], "--comm", runs["comm"], "--validate", runs["pp2 tp2"],
-              "--out", args.out, timeout=60)  # no ranks
-    text = p.stdout + p.stderr
-    for x in text.strip().splitlines()[-12:]:
-        print(f"#   {x}")
-    if p.returncode != 0:
-        return report("FAILED", "plan-layouts", f"exit {p.returncode}: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    text = _plan("plan-layouts", [runs["pp2"], runs["pp2 dp2"], "--comm", runs["comm"], "--validate", runs["pp2 tp2"],
+                                  "--out", args.out], 12)
+    if text is None:
+        return
     status, line = R.plan_layouts_verdict(text)
     report(status, "plan-layouts", f"{line}; pp2 and pp2 x dp2 calibrated, pp2 x tp2 held out, world 4 on {t.name}")
 
