@@ -6,6 +6,7 @@ unit on every rank."""
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from bench.collectives import REGISTRY, Ctx
 from bench.collectives import probe
@@ -46,8 +47,6 @@ def split_groups(rank: int, world: int, size: int):
     """(communicator, rank in it, its size) for groups of `size`; (None, rank, world) for one group.
     dist.new_group is collective over the world: every rank creates every group, in one order, once
     per process group."""
-    import torch.distributed as dist
-
     if not size or size == world:
         return None, rank, world
     key = (id(dist.group.WORLD), size)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from bench.units import EXACT_INT_LIMIT, torch_op
 
@@ -28,11 +29,7 @@ class Ctx:
 
     def global_rank(self, r: int) -> int:
         """The world rank of group rank `r` (torch's src/dst/peer arguments are world ranks)."""
-        if self.group is None:
-            return r
-        import torch.distributed as dist
-
-        return dist.get_global_rank(self.group, r)
+        return r if self.group is None else dist.get_global_rank(self.group, r)
 
     @property
     def shard(self) -> int:
