@@ -49,7 +49,7 @@ def split_groups(rank: int, world: int, size: int):
     per process group."""
     if not size or size == world:
         return None, rank, world
-    key = (id(dist.group.WORLD), size)
+    key = (dist.group.WORLD, size)  # the group object itself: a later process group never reads these
     if key not in _GROUPS:
         _GROUPS[key] = {first: dist.new_group(list(range(first, first + size))) for first in range(0, world, size)}
     mine = members(rank, world, size)

@@ -55,8 +55,9 @@ def add_parser(sub):
                    help="FSDP2 shards of every stage to consider, comma list (default 1; predicted by composition)")
     p.add_argument("--comm", default=None, metavar="RUN_DIR",
                    help="the target machine's collectives: a distbench collectives run (all_reduce, all_gather, "
-                        "reduce_scatter at the group sizes), an imported nccl-tests log or a simcluster run; without, "
-                        "the tp / fsdp / uncalibrated dp terms are 0 (marked)")
+                        "reduce_scatter at the group sizes; --group-size n --mode throughput prices a layout's groups "
+                        "running at once), an imported nccl-tests log or a simcluster run; without, the tp / fsdp / "
+                        "uncalibrated dp terms are 0 (marked)")
     p.add_argument("--ranks-per-node", type=int, default=0,
                    help="ranks per node of the machine predicted for (default: --comm's run's where it spanned "
                         "nodes, else one node); a group wider than a node uses --comm's inter-node figures")
