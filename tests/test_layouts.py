@@ -210,6 +210,27 @@ def test_every_layout_matches_single_process_at_world_4():
     assert roles[3:] == ["dp_shard1 tp1", "dp_replicate1 tp1"]
 
 
+def _one_rank_pipelines(info, dims_list):
+    out = []
+    for degrees in dims_list:
+        ctx = Ctx(spec=get_spec("mlp-tiny"), rank=info.rank, world=info.world, device=info.device, batch=8, seed=3,
+                  steps=3, dims=ParallelDims(world=info.world, pp=1, **degrees), schedule="interleaved", chunks=2)
+        t = REGISTRY.get("pp").setup(ctx)
+        t.step(check=True)
+        out.append({**reference_check(t, t.loss(), t.grads(), t.global_batch()), "case": str(degrees), "role": t.role})
+    return out
+
+
+def test_a_one_rank_pipeline_inside_a_layout_matches_single_process():
+    """pp 1 (both stages of Interleaved 1F1B on one rank) x tp / dp / fsdp at world 2: its pipeline
+    group is the rank alone (before, the world was taken for it and torch's schedule asked for
+    stages 2 and 3: KeyError: 2)."""
+    cases = [{"tp": 2}, {"dp_replicate": 2}, {"dp_shard": 2}]
+    res = spawn(_one_rank_pipelines, 2, cases, timeout_s=300.0)
+    _check_all(res, cases)
+    assert [o["role"].split()[:2] for o in res[1]] == [["stages", "0+1"]] * 3
+
+
 @pytest.mark.slow
 def test_layout_matrix_matches_single_process_at_world_4():
     """GPipe and 1F1B under every pipeline layout and model, interleaved, checkpointing; dp x tp on GPT."""

@@ -53,10 +53,6 @@ class PipelineConfig(RunConfig):
         at_least("tp", (self.tp,))
         at_least("dp", (self.dp,))
         at_least("fsdp", (self.fsdp,))
-        if 1 in self.stages and self.inner > 1:  # torch's multi-stage schedule on a one-rank pipeline group
-            # inside a mesh fails on the ranks (KeyError: 2); refused here, before anything runs
-            raise BenchError(f"a one-rank pipeline (stages 1) with dp x fsdp x tp = {self.inner} is not supported; "
-                             f"pass --stages 2 or more, or --stages 1 without --tp/--dp/--fsdp")
         # our names for the schedules (torch's accepted too); one the installed torch lacks is refused
         object.__setattr__(self, "schedules", tuple(dict.fromkeys(canonical(s) for s in self.schedules)))
         for s in self.schedules:

@@ -83,12 +83,13 @@ class ParallelDims:
         c = self.coords(rank)
         return c["dp_replicate"] * self.dp_shard + c["dp_shard"]
 
-    def build_mesh(self, device_type: str):
+    def build_mesh(self, device_type: str, keep: tuple[str, ...] = ()):
         """One DeviceMesh over the enabled dimensions (torchtitan builds only those too: each
-        dimension is a process group per slice); 1-D when one parallelism alone."""
+        dimension is a process group per slice), and those in `keep` even at degree 1 (a pipeline
+        needs its pp group when one rank holds the whole pipeline); 1-D when one parallelism alone."""
         from torch.distributed.device_mesh import init_device_mesh  # lazy: dims is pure arithmetic (configs import it)
 
-        names = self.enabled or ("pp",)
+        names = tuple(n for n in MESH_DIMS if getattr(self, n) > 1 or n in keep) or ("pp",)
         return init_device_mesh(device_type, tuple(getattr(self, n) for n in names), mesh_dim_names=names)
 
 

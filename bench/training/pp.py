@@ -172,7 +172,8 @@ class PPTrainer(Trainer):
         # A composed layout (ctx.dims: pp x dp x tp, bench.training.layout) runs one pipeline per
         # data-parallel slice on one DeviceMesh; each stage is TP-sharded / FSDP- or DDP-wrapped there.
         self.dims = dims = ctx.dims or ParallelDims(world=ctx.world, pp=ctx.world)
-        mesh = dims.build_mesh(ctx.device.type) if dims.composed else None
+        # a mesh wherever other dimensions share the world, a pp of 1 included (its pp group is this rank alone)
+        mesh = dims.build_mesh(ctx.device.type, keep=("pp",)) if dims.pp < dims.world else None
         sch = scheds.get(ctx.schedule)
         p, v = dims.pp, sch.per_rank
         self.p, self.n_stages = p, p * v
