@@ -231,6 +231,19 @@ def test_a_one_rank_pipeline_inside_a_layout_matches_single_process():
     assert [o["role"].split()[:2] for o in res[1]] == [["stages", "0+1"]] * 3
 
 
+def test_a_one_rank_pipeline_is_a_pipeline_case():
+    """Its rows get the per-stage times and bubble columns (the planner validates on them); before,
+    pp 1 read as no pipeline and the row had no stage times."""
+    from bench.training.case import CaseSpec
+    from bench.training.measure import _pipelined
+
+    one = dict(model="mlp-tiny", world=2, chunks=8, tp=2, batch=64)
+    assert _pipelined(CaseSpec(strategy="pp", schedule="interleaved", **one))
+    assert not _pipelined(CaseSpec(strategy="pp", schedule="gpipe", **{**one, "tp": 1, "world": 1}))
+    assert not _pipelined(CaseSpec(strategy="ddp+tp", **{**one, "dp": 1}))
+    assert _pipelined(CaseSpec(strategy="pp", schedule="1f1b", model="mlp-tiny", world=2, chunks=8, batch=64))
+
+
 @pytest.mark.slow
 def test_layout_matrix_matches_single_process_at_world_4():
     """GPipe and 1F1B under every pipeline layout and model, interleaved, checkpointing; dp x tp on GPT."""

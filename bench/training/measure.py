@@ -152,8 +152,9 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
 
 
 def _pipelined(case: CaseSpec) -> bool:
-    """A pipeline case (pp alone or a composed layout with pp): it gets the bubble columns."""
-    return case.dims.pp > 1
+    """A pipeline case (pp alone or a composed layout with pp, one rank holding every stage of a
+    multi-stage schedule included): it gets the bubble and per-stage columns."""
+    return case.dims.pp > 1 or bool(case.schedule) and get_schedule(case.schedule).per_rank > 1
 
 
 def _replay_columns(case: CaseSpec, facts: list[dict]) -> dict:
