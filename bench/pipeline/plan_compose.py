@@ -111,8 +111,8 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
     p2p between pipeline ranks (--target-p2p), default the calibration's."""
     k = cand.dp * cand.fsdp * cand.tp
     cal = pl.layout_for(cals, k)
-    notes = [f"{k} rank(s) per stage not calibrated (stage times of the {pl.layout_label(cand.stages, cal.dp)} "
-             "calibration)"] if cal.dp != k else []
+    labels = "/".join(pl.layout_label(r, cal.dp) for r in cal.ranks)  # the calibration's own layouts, e.g. pp2/pp4
+    notes = [f"{k} rank(s) per stage not calibrated (stage times of the {labels} calibration)"] if cal.dp != k else []
     sch, order = scheds.get(cand.schedule), order_of(cand.schedule, cand.stages, cand.chunks)
     n = pl.model_stages(cand.schedule, cand.stages)
     bounds = split_pieces(spec, even_balance(spec.depth, n))
