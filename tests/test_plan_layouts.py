@@ -293,6 +293,22 @@ def test_plan_world_4_ranks_every_layout_and_validate_judges_held_out_tp(tmp_pat
     assert sweep["kendall_tau"] == pytest.approx(1.0) and sweep["shortfall"] == 0.0
 
 
+def test_the_plan_says_which_calibrated_layouts_shared_their_cores(tmp_path, capsys):
+    """Calibration runs with more ranks than cores carry the host's time-sharing: the plan says so
+    (text and JSON) instead of ranking them as if measured on free cores."""
+    cal = stored(tmp_path, "cal", CAL)
+    argv = ["plan", str(cal), "--stages", "2", "--schedules", "gpipe", "--chunks", "2,4"]
+    assert main(argv) == 0
+    assert "shared their cores" not in capsys.readouterr().out
+    res = pd.read_parquet(cal / "results.parquet").assign(oversubscribed=True)
+    res.to_parquet(cal / "results.parquet")
+    assert main(argv) == 0
+    assert ("calibration runs that shared their cores (more ranks than cores): pp2; their predictions carry "
+            "that time-sharing") in capsys.readouterr().out
+    assert main([*argv, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["calibration"]["oversubscribed_layouts"] == ["pp2"]
+
+
 # ---- the timed family's tp plan: known times / tp and one all-reduce of a known size each way ----
 
 def _timed_tp_block(info):

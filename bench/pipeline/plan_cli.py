@@ -220,14 +220,15 @@ def _plan(args, cals: dict, obs: list[pl.Observation], limit: float | None, targ
         raise BenchError(f"no candidate at world {args.world}: worlds are stages x dp x fsdp x tp (--stages "
                          f"{','.join(map(str, stages))}, --dp {args.dp or ','.join(map(str, sorted(cals)))}, "
                          f"--fsdp {args.fsdp}, --tp {args.tp})")
+    crowded = sorted({pl.layout_label(o.stages, o.dp, o.tp, o.fsdp) for o in obs if o.oversubscribed})
     if args.format == "json":
-        _print_plan_json(cals, found, target, args.top, where)
+        _print_plan_json(cals, found, target, args.top, where, crowded)
     else:
-        _print_plan(cals, found, target, to, how, args.top, args.memory_limit, where)
+        _print_plan(cals, found, target, to, how, args.top, args.memory_limit, where, crowded)
     return 0
 
 
-def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where: Where):
+def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where: Where, crowded=()):
     cal = next(iter(cals.values()))
     links = {k: {"alpha_s": w.alpha_s, "beta_bytes_per_s": w.bandwidth_bytes_per_s, "source": w.source}
              for k, w in (("p2p", cal.link), ("target_p2p", target)) if w is not None}
@@ -239,13 +240,15 @@ def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where:
                                              for (r, n), v in c.overhead.items()},
                    "overhead_per_step_s": {pl.layout_label(r, c.dp): v for c in cals.values()
                                            for r, v in c.step_overhead.items()},
-                   "comm_source": where.comm.source, "ranks_per_node": where.ranks_per_node, **links}
+                   "comm_source": where.comm.source, "ranks_per_node": where.ranks_per_node,
+                   "oversubscribed_layouts": list(crowded), **links}
     print(json.dumps({"prediction": True, "calibration": calibration,
                       "recommended": [as_dict(p) for p in found.best[:top]],
                       "over_memory_limit": [as_dict(p) for p in found.over], "skipped": found.skipped}, indent=1))
 
 
-def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, top: int, memory_limit, where: Where):
+def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, top: int, memory_limit, where: Where,
+                crowded=()):
     cal = next(iter(cals.values()))
     print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on "
           f"{sum(c.cases for c in cals.values())} case(s) of {len(calibration_runs(cals))} run(s) on {cal.machine}, "
@@ -260,6 +263,10 @@ def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, to
         print(f"communication of the composed layouts (tp, fsdp, uncalibrated dp): {where.comm.source}"
               + (f"; {where.ranks_per_node} rank(s) per node" if where.ranks_per_node else "; one node")
               + ("; tp across nodes" if where.tp_across else ""))
+    if crowded:
+        print(f"calibration runs that shared their cores (more ranks than cores): {', '.join(crowded)}; their "
+              "predictions carry that time-sharing, and there the stage compute need not be linear in the "
+              "micro-batch (docs/plan.md, 'World 4 on 2 cores')")
     if cal.link:
         print(f"p2p between pipeline ranks (alpha-beta, {cal.boundary_bytes:.0f} bytes per sample at a stage boundary): "
               f"calibrated {cal.link.label()}" + (f"; predicted with {target.label()}" if target else ""))
