@@ -101,11 +101,6 @@ class CaseSpec:
     group: int = 0  # ranks per communicator when the world runs several at once (0: one, every rank)
 
     @property
-    def ranks(self) -> int:
-        """Ranks in the communicator: what the bus factor, shards, roots and the check count."""
-        return self.group or self.world
-
-    @property
     def case_id(self) -> str:
         return (f"{self.collective}.{self.dtype}.{self.op or 'none'}.root{self.root}.{self.mode}.w{self.world}"
                 + (f".g{self.group}" if self.group else ""))
@@ -142,7 +137,8 @@ def _expand_one(cfg: CollectivesConfig, name: str, world: int, group: int, notes
     cases, n = [], group or world
     coll = REGISTRY.get(name)
     if n < coll.min_world:
-        notes.append(f"{name} skipped at {'world' if n == world else 'group size'} {n}: needs world >= {coll.min_world}")
+        where = "world" if n == world else "group size"
+        notes.append(f"{name} skipped at {where} {n}: needs world >= {coll.min_world}")
         return cases
     places = tuple(p for p in coll.placements if p in cfg.placements)
     if not places:

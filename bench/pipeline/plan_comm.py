@@ -157,11 +157,14 @@ def comm_of(run_dir, machine: str = "") -> Comm:
         raise BenchError(f"run '{run_dir}' has no collectives cases; pass a distbench collectives run, an imported "
                          "nccl-tests log (distbench import nccl-tests) or a distbench simcluster run")
     meta = run.meta or read_meta(Path(run_dir), [])
-    col = lambda name, default: (pd.to_numeric(res[name], errors="coerce") if name in res.columns  # noqa: E731
-                                 else pd.Series(float("nan"), index=res.index)).fillna(default)
-    world = col("world", 0)
+    def col(name: str, default: float) -> pd.Series:  # a numeric column, `default` where absent or null
+        if name not in res.columns:
+            return pd.Series(default, index=res.index, dtype=float)
+        return pd.to_numeric(res[name], errors="coerce").fillna(default)
+
     df = res.assign(scope=["inter" if n > 1 else "intra" for n in col("nodes", 1)],
-                    _n=col("group_size", 0).where(lambda n: n > 0, world).astype(int), _k=col("groups", 1).astype(int))
+                    _n=col("group_size", 0).where(lambda n: n > 0, col("world", 0)).astype(int),
+                    _k=col("groups", 1).astype(int))
     df, modes = _preferred_mode(df)
     g = df.groupby(["collective", "_n", "scope", "size_bytes", "_k"])["time_median_s"].median().reset_index()
     g = g[["collective", "_n", "scope", "size_bytes", "time_median_s", "_k"]]
