@@ -3,6 +3,7 @@ and the target machine's collectives (bench.pipeline.plan_comm, plan_compose), e
 formula here; validation over held-out layouts with Kendall's tau and the top pick's shortfall."""
 
 import json
+import statistics
 
 import pandas as pd
 import pytest
@@ -452,3 +453,59 @@ def test_communication_of_another_machine_is_marked_never_applied_silently():
     assert "communication measured on NVIDIA H100, nccl, predicted for " in p.extrapolated
     same = pc.Comm(source="collectives run c", fits=gpu.fits, machine="")
     assert "communication measured" not in ps.predict(cals, p.candidate, where=ps.Where(comm=same)).extrapolated
+
+
+@pytest.mark.parametrize("tp,fsdp", [(2, 1), (1, 2)])
+def test_a_layouts_host_cost_is_fitted_at_one_depth_and_composes_another(tp, fsdp):
+    """tp / fsdp actions cost more than their compute share and their collectives as a collectives
+    run prices them (DTensor's dispatch, FSDP2's hooks and copies): measured at one pipeline depth
+    (pp1, both stages on one rank, world 2), the two factors are recovered exactly, and a pp2
+    candidate of that layout (not measured) is the composition with them, labelled."""
+    from bench.pipeline import plan_compose as pcm
+    from bench.workloads.specs import get_spec
+
+    f, h = 1.5, 2.0
+    cals, spec = pf.fit_layouts(CAL, order_of), get_spec("mlp-pipe")
+    comm = pc.fit_rows(comm_rows(), "collectives run comm")
+    obs = []
+    for m in (4, 8):
+        c = pl.Candidate(stages=1, tp=tp, fsdp=fsdp, schedule="interleaved", chunks=m, micro_batch=1024 // (m * fsdp))
+        got = pcm.actions(cals, c, comm, spec, pl.torch_order, pc.scopes(tp, fsdp, 1, 0, False), [])
+        assert got.cal is cals[1]  # stage times of the world-2 pipeline (pp2), not of another world
+        per: dict = {}
+        for s, k, i in got.order[0]:
+            per.setdefault((s, k), []).append(got.gather[s] if (s, k, i) in got.gathers else 0.0)
+        stage = {key: f * got.compute[key] + h * (got.comm.get(key, 0.0) + statistics.median(v))
+                 for key, v in per.items()}
+        obs.append(pl.Observation(**{**CAL[0].__dict__, "stages": 1, "tp": tp, "fsdp": fsdp, "schedule": "interleaved",
+                                     "chunks": m, "micro_batch": c.micro_batch, "stage_s": stage, "run_id": "w2",
+                                     "case_id": f"pp1.m{m}"}))
+    host = pcm.fit_host(obs, cals, comm, spec, pl.torch_order)
+    (cost,) = host.values()
+    assert (cost.tp, cost.fsdp, cost.cases, cost.layouts) == (tp, fsdp, 2, (pl.layout_label(1, 1, tp, fsdp),))
+    assert cost.compute == pytest.approx(f, rel=1e-9) and cost.comm == pytest.approx(h, rel=1e-9)
+    cand = pl.Candidate(stages=2, tp=tp, fsdp=fsdp, schedule="1f1b", chunks=4, micro_batch=256 // fsdp)
+    where = ps.Where(comm=comm, host=host, measured=pf.fit_measured(obs, pl.torch_order))
+    p = ps.predict(cals, cand, where=where)  # measured at pp1 only: composed at pp2, with the host cost
+    got = pcm.actions(cals, cand, comm, spec, pl.torch_order, pc.scopes(tp, fsdp, 1, 0, False), [])
+    dur = {key: f * t + OVERHEAD + h * got.comm.get(key, 0.0) for key, t in got.compute.items()}
+    dur.update({(s, k, i): dur[(s, k)] + h * got.gather[s] for s, k, i in got.gathers})
+    rs = sum(t(RS, piece * 4) for piece in [W * W + W] * 4) if fsdp > 1 else 0.0
+    assert p.step_s == pytest.approx(replay(got.order, dur).step_s + rs, rel=1e-6)
+    assert p.comm_source == f"collectives run comm; {cost.label()}"
+    assert cost.label().startswith(f"{'tp' if tp > 1 else 'fsdp'}2 host cost from pp1 ")
+    plain = ps.predict(cals, cand, where=ps.Where(comm=comm))  # without: compute share and collectives alone
+    assert plain.step_s < p.step_s and plain.comm_source == "collectives run comm"
+
+
+def test_a_composed_candidate_starts_from_the_stage_times_of_its_own_world():
+    """On a shared host a stage time carries as many ranks computing at once as its run had: pp1 x tp2
+    (world 2) starts from the pp2 pipeline's (world 2), pp2 x tp2 (world 4) from pp2 x dp2's."""
+    from plan_fixtures import observe_dp
+    from bench.pipeline.plan_compose import base_for
+
+    cals = pf.fit_layouts(CAL + [observe_dp(s, m) for s in ("gpipe", "1f1b") for m in (2, 8)], order_of)
+    one = pl.Candidate(stages=1, tp=2, schedule="interleaved", chunks=4, micro_batch=256)
+    two = pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=4, micro_batch=256)
+    assert base_for(cals, one) is cals[1] and base_for(cals, two) is cals[2]
+    assert base_for({2: cals[2]}, one) is cals[2]  # no calibration of its world: the nearest ranks per stage

@@ -11,6 +11,7 @@ Every figure it prints is a prediction of the model and says so (docs/plan.md)."
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from bench.errors import BenchError
@@ -19,6 +20,7 @@ from bench.pipeline import plan_launch
 from bench.pipeline.plan_fit import fit_layouts, fit_measured, one_machine, one_model
 from bench.pipeline import plan_comm
 from bench.pipeline.plan_comm import comm_of
+from bench.pipeline.plan_compose import fit_host
 from bench.pipeline.plan_runs import check_p2p_machine, link, machine_of_dir, observations, target_machine
 from bench.pipeline.plan_search import Where, as_dict, calibration_runs, mib, search, why
 from bench.pipeline.plan_store import store
@@ -160,6 +162,9 @@ def cmd_plan(args) -> int:
     check_p2p_machine(args.p2p, cal.machine)
     to, how = target_machine(cal.machine, args.target_machine, args.target_p2p)
     where = _where(args, cal.machine, fit_measured(obs, pl.torch_order, link=wire, boundary_bytes=boundary))
+    if where.measured:  # what tp / fsdp cost beyond their share and collectives, for the depths not measured
+        where = replace(where, host=fit_host(obs, cals, where.comm, get_spec(cal.model), pl.torch_order,
+                                             ranks_per_node=where.ranks_per_node, tp_across=where.tp_across))
     if args.validate is not None:
         runs = args.validate or held or plan_launch.measure_all(
             [plan_launch.launch(plan_launch.VALIDATE, args.validate_suite)] * args.launches, cal.model, args.out)

@@ -28,6 +28,10 @@ an MLP pair has one of each, a GPT block 2 and 4; the timed family's tp plan one
 block), less the first stage's first backward one (the model's input needs no gradient). P_s: the stage's parameters as one tp rank holds them; P_r: the pipeline rank's stages'.
 """
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
 from bench.pipeline.plan_comm import Comm, scopes
@@ -105,32 +109,137 @@ def _rank_params(spec, sch, r: int, p: int, bounds, tp: int) -> tuple[float, lis
     return sum(pieces), pieces
 
 
-def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_of, *, ranks_per_node: int = 0,
-            tp_across: bool = False, to: str = "", how: str = "", link: pl.Link | None = None) -> pl.Prediction:
-    """A composed candidate predicted (the module's docstring has every term); `link`: the target's
-    p2p between pipeline ranks (--target-p2p), default the calibration's."""
-    k = cand.dp * cand.fsdp * cand.tp
-    cal = pl.layout_for(cals, k)
-    labels = "/".join(pl.layout_label(r, cal.dp) for r in cal.ranks)  # the calibration's own layouts, e.g. pp2/pp4
-    notes = [f"{k} rank(s) per stage not calibrated (stage times of the {labels} calibration)"] if cal.dp != k else []
-    sch, order = scheds.get(cand.schedule), order_of(cand.schedule, cand.stages, cand.chunks)
-    n = pl.model_stages(cand.schedule, cand.stages)
+def base_for(cals: dict, cand: pl.Candidate) -> pl.Calibration:
+    """The pipeline calibration whose stage times a composed candidate starts from: one that measured
+    the candidate's model depth at the candidate's world (on a shared host a stage time carries as
+    many ranks computing at once as its run had), with dp x fsdp x tp ranks per pipeline rank where
+    there is one, else the nearest such degree; with none, the calibration of that many ranks per
+    pipeline rank, else the nearest (pl.layout_for)."""
+    k, n = cand.dp * cand.fsdp * cand.tp, pl.model_stages(cand.schedule, cand.stages)
+    same = [c for c in cals.values()
+            if any(r * c.dp == cand.world and pl.model_stages(name, r) == n for r, name, *_ in c.configs)]
+    return min(same, key=lambda c: (abs(c.dp - k), c.dp)) if same else pl.layout_for(cals, k)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Actions:
+    """A composed candidate's actions, term by term (the module's docstring): each (stage, kind)'s
+    share of the stage compute, its tp all-reduces, each stage's FSDP gather and the actions that
+    gather."""
+
+    cal: pl.Calibration
+    order: dict
+    n: int
+    bounds: list
+    compute: dict  # (stage, kind) -> seconds: t(s, k, b) / tp
+    comm: dict  # (stage, kind) -> seconds of its tp all-reduces
+    gather: dict  # stage -> seconds of one FSDP gather (an all-gather per piece)
+    gathers: set  # (stage, kind, micro-batch) that gather
+
+
+def actions(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_of, where: dict,
+            notes: list) -> Actions:
+    cal = base_for(cals, cand)
+    order, n = order_of(cand.schedule, cand.stages, cand.chunks), pl.model_stages(cand.schedule, cand.stages)
     bounds = split_pieces(spec, even_balance(spec.depth, n))
     costs = pl.scaled_costs(cal, n, cand.checkpoint)
+    comm_act, gather = _stage_comm(spec, cand, comm, where, bounds, notes)
+    return Actions(cal=cal, order=order, n=n, bounds=bounds, comm=comm_act, gather=gather,
+                   compute={key: t / cand.tp for key, t in pl.durations(costs, order, cand.micro_batch).items()},
+                   gathers=fsdp_gathers(order) if cand.fsdp > 1 else set())
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostCost:
+    """What actions of a tp / fsdp layout cost beyond their share of the stage compute and their
+    collectives as a communication run prices them (DTensor's dispatch per sharded module and its
+    narrower GEMMs; FSDP2's hooks, the copies into and out of its gathers), fitted on measured runs
+    of that layout at another pipeline depth (fit_host): an action takes compute x its share of
+    the stage compute + comm x its priced collectives."""
+
+    tp: int
+    fsdp: int
+    compute: float  # factor on t(s, k, b) / tp
+    comm: float  # factor on the action's priced tp all-reduces and FSDP gathers
+    cases: int
+    layouts: tuple[str, ...]  # the measured layouts it was fitted on, e.g. ('pp1 tp2',)
+    runs: tuple[str, ...]
+
+    def label(self) -> str:
+        return (f"{pl.layout_label(1, 1, self.tp, self.fsdp).removeprefix('pp1 ')} host cost from "
+                f"{'/'.join(self.layouts)} ({self.cases} case(s)): compute x{self.compute:.2f}, "
+                f"collectives x{self.comm:.2f}")
+
+
+def fit_host(obs: list[pl.Observation], cals: dict, comm: Comm, spec: ModelSpec, order_of, *,
+             ranks_per_node: int = 0, tp_across: bool = False) -> dict:
+    """{(tp, fsdp): HostCost} of the composed layouts measured among `obs`: per layout the two
+    factors by non-negative least squares on the relative error of each measured (stage, kind)
+    median per micro-batch (scipy.optimize.nnls), against the terms the composition prices for the
+    same case: y = compute x t(s, k, b) / tp + comm x (its all-reduces + the median over its
+    micro-batches of its gathers). With no collective priced the comm factor stays 1."""
+    from scipy.optimize import nnls  # lazy: scipy only when a plan is calibrated
+
+    rows: dict = {}
+    for o in obs:
+        if o.tp == o.fsdp == 1:
+            continue
+        cand = pl.Candidate(stages=o.stages, schedule=o.schedule, chunks=o.chunks, micro_batch=o.micro_batch,
+                            checkpoint=o.checkpoint, dp=o.dp, tp=o.tp, fsdp=o.fsdp)
+        got = actions(cals, cand, comm, spec, order_of, scopes(o.tp, o.fsdp, o.dp, ranks_per_node, tp_across), [])
+        mbs: dict = {}
+        for acts in got.order.values():
+            for s, k, i in acts:
+                mbs.setdefault((s, k), []).append(got.gather[s] if (s, k, i) in got.gathers else 0.0)
+        for key, y in o.stage_s.items():
+            if key in got.compute and y > 0:
+                priced = got.comm.get(key, 0.0) + float(np.median(mbs.get(key, [0.0])))
+                rows.setdefault((o.tp, o.fsdp), []).append((got.compute[key] / y, priced / y, o))
+    out = {}
+    for (tp, fsdp), mine in sorted(rows.items()):
+        a = np.array([[c, x] for c, x, _ in mine])
+        if not a[:, 1].any():
+            f, h = float(np.sum(a[:, 0]) / np.sum(a[:, 0] ** 2)), 1.0
+        else:
+            (f, h), _ = nnls(a, np.ones(len(a)))
+        out[(tp, fsdp)] = HostCost(tp=tp, fsdp=fsdp, compute=float(f), comm=float(h),
+                                   cases=len({id(o) for *_, o in mine}),
+                                   layouts=tuple(sorted({pl.layout_label(o.stages, o.dp, o.tp, o.fsdp)
+                                                         for *_, o in mine})),
+                                   runs=tuple(sorted({o.run_id for *_, o in mine})))
+    return out
+
+
+def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_of, *, ranks_per_node: int = 0,
+            tp_across: bool = False, to: str = "", how: str = "", link: pl.Link | None = None,
+            host: HostCost | None = None) -> pl.Prediction:
+    """A composed candidate predicted (the module's docstring has every term); `link`: the target's
+    p2p between pipeline ranks (--target-p2p), default the calibration's; `host`: the layout's
+    fitted host cost (fit_host), else its actions cost their compute share and collectives alone."""
+    k = cand.dp * cand.fsdp * cand.tp
+    where = scopes(cand.tp, cand.fsdp, cand.dp, ranks_per_node, tp_across)
+    notes: list = []
+    got = actions(cals, cand, comm, spec, order_of, where, notes)
+    cal, order, n, bounds = got.cal, got.order, got.n, got.bounds
+    labels = "/".join(pl.layout_label(r, cal.dp) for r in cal.ranks)  # the calibration's own layouts, e.g. pp2/pp4
+    if cal.dp != k:
+        notes.insert(0, f"{k} rank(s) per stage not calibrated (stage times of the {labels} calibration)")
+    sch = scheds.get(cand.schedule)
     o, o_why = cal.overhead_for(cand.stages, cand.schedule)
     once, once_why = cal.step_overhead_for(cand.stages)
-    where = scopes(cand.tp, cand.fsdp, cand.dp, ranks_per_node, tp_across)
-    comm_act, gather = _stage_comm(spec, cand, comm, where, bounds, notes)
+    f, h = (host.compute, host.comm) if host else (1.0, 1.0)
+    comm_act = {key: h * t for key, t in got.comm.items()}
+    gather = {s: h * t for s, t in got.gather.items()}
     if link is not None and cal.link is None:
         raise BenchError("a target p2p link needs a calibration with its own (--p2p): without, the calibrated "
                          "overhead already holds the calibration machine's transfers")
     p2p = pl.transfers(cand.schedule, cand.stages, order, cand.micro_batch, link or cal.link, cal.boundary_bytes)
     if link is not None and link != cal.link:
         notes.append(f"p2p from {link.source}, not the calibration's link ({cal.link.source})")
-    alone = {key: t / cand.tp for key, t in pl.durations(costs, order, cand.micro_batch).items()}
+    alone = {key: f * t for key, t in got.compute.items()}
     dur = {key: t + (o if key[1] in pl.SENDING else 0.0) + p2p.get(key, 0.0) + comm_act.get(key, 0.0)
            for key, t in alone.items()}
-    gathers = fsdp_gathers(order) if cand.fsdp > 1 else set()
+    gathers = got.gathers
     dur.update({(s, k, i): dur[(s, k)] + gather[s] for s, k, i in gathers})
     compute = replay(order, alone)
     per_step, memory = {"dp_all_reduce_s": 0.0, "fsdp_reduce_scatter_s": 0.0}, []
@@ -163,7 +272,7 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
            if comm.machine and comm.machine != target else "")
     return pl.Prediction(candidate=cand, step_s=step, samples_per_s=cand.batch / step, bubble=compute.mean_bubble,
                          peak_bytes=max(memory), calibrated_on=cal.machine, predicted_for=target,
-                         comm_source=comm.source, comm_s={"tp_fsdp_per_action_s": busiest, **per_step},
+                         comm_source=comm.source + (f"; {host.label()}" if host else ""), comm_s={"tp_fsdp_per_action_s": busiest, **per_step},
                          extrapolated="; ".join(dict.fromkeys(filter(None, [
                              moved, off, *notes, cal.extrapolation(n, cand.micro_batch, cand.checkpoint), o_why,
                              once_why, "" if comm.fits else comm.source]))))

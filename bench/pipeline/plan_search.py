@@ -24,6 +24,7 @@ class Where:
     ranks_per_node: int = 0
     tp_across: bool = False
     measured: dict = field(default_factory=dict)  # (dp, fsdp, tp) -> Calibration of a measured composed layout
+    host: dict = field(default_factory=dict)  # (tp, fsdp) -> plan_compose.HostCost fitted on measured ones
 
 
 def _layouts(dps, tps, fsdps) -> list[tuple[int, int, int]]:
@@ -82,14 +83,16 @@ def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None, to: str
     """A candidate predicted with its layout's calibration (else the nearest layout's, marked), for
     the machine `to` (default the calibration's; `how` the option that mapped it). tp or fsdp inside
     the stages, or a dp degree not calibrated when a communication calibration is given, is composed
-    (bench.pipeline.plan_compose) with `where`'s communication."""
+    (bench.pipeline.plan_compose) with `where`'s communication and the layout's fitted host cost; a
+    composed layout the calibration measured at the candidate's pipeline depth is predicted as measured."""
     where = where or Where()
     mine = where.measured.get((cand.dp, cand.fsdp, cand.tp)) if cand.composed else None
-    if mine is not None:  # a composed layout the calibration measured: predicted as measured
+    if mine is not None and cand.stages in mine.ranks:  # a composed layout the calibration measured: as measured
         return pl.predict(mine, cand, pl.torch_order, link=link, target=to, mapped_by=how)
     if cand.composed or (cand.dp not in cals and where.comm.fits):
         return compose(cals, cand, where.comm, get_spec(next(iter(cals.values())).model), pl.torch_order,
-                       ranks_per_node=where.ranks_per_node, tp_across=where.tp_across, to=to, how=how, link=link)
+                       ranks_per_node=where.ranks_per_node, tp_across=where.tp_across, to=to, how=how, link=link,
+                       host=where.host.get((cand.tp, cand.fsdp)))
     return pl.predict(pl.layout_for(cals, cand.dp), cand, pl.torch_order, link=link, target=to, mapped_by=how)
 
 
