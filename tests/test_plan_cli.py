@@ -127,7 +127,12 @@ def test_a_sharded_or_tensor_parallel_run_is_a_measured_layout_not_read_as_a_dee
     res.to_parquet(cal / "results.parquet")
     assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "2,4"]) == 0
     out = capsys.readouterr().out
-    assert "measured composed layouts (predicted as measured): pp2 fsdp2 (1 case(s))" in out and " pp4 " not in out
+    assert "measured composed layouts (predicted as measured at their pipeline depth): pp2 fsdp2 (1 case(s))" in out
+    assert " pp4 " not in out and "host cost of the composed layouts at other depths (fitted): fsdp2 host cost" in out
+    assert main(["plan", str(cal), "--schedules", "gpipe,1f1b", "--chunks", "2,4", "--format", "json"]) == 0
+    host = json.loads(capsys.readouterr().out)["calibration"]["host_cost"]
+    assert list(host) == ["fsdp2"] and set(host["fsdp2"]) == {"compute", "collectives", "layouts", "runs"}
+    assert host["fsdp2"]["layouts"] == ["pp2 fsdp2"]
     res[res["fsdp_degree"] == 2].to_parquet(cal / "results.parquet")
     assert main(["plan", str(cal)]) == 2
     err = capsys.readouterr().err.strip()

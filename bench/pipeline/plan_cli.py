@@ -241,6 +241,9 @@ def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where:
                    "cases": sum(c.cases for c in cals.values()),
                    "measured_layouts": {pl.layout_label(c.ranks[0], c.dp, c.tp, c.fsdp): c.cases
                                         for c in where.measured.values()},
+                   "host_cost": {h.name: {"compute": h.compute, "collectives": h.comm,
+                                                                    "layouts": list(h.layouts), "runs": list(h.runs)}
+                                 for h in where.host.values()},
                    "overhead_per_action_s": {f"{pl.layout_label(r, c.dp)} {n}": v for c in cals.values()
                                              for (r, n), v in c.overhead.items()},
                    "overhead_per_step_s": {pl.layout_label(r, c.dp): v for c in cals.values()
@@ -262,8 +265,11 @@ def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, to
                                                  for c in cals.values() for (r, n), v in c.overhead.items())
           + "; per step " + _per_step(cals))
     if where.measured:
-        print("measured composed layouts (predicted as measured): " + ", ".join(
+        print("measured composed layouts (predicted as measured at their pipeline depth): " + ", ".join(
             f"{pl.layout_label(c.ranks[0], c.dp, c.tp, c.fsdp)} ({c.cases} case(s))" for c in where.measured.values()))
+    if where.host:
+        print("host cost of the composed layouts at other depths (fitted): "
+              + "; ".join(h.label() for h in where.host.values()))
     if any(p.comm_s for p in found.preds):
         print(f"communication of the composed layouts (tp, fsdp, uncalibrated dp): {where.comm.source}"
               + (f"; {where.ranks_per_node} rank(s) per node" if where.ranks_per_node else "; one node")

@@ -165,8 +165,12 @@ class HostCost:
     layouts: tuple[str, ...]  # the measured layouts it was fitted on, e.g. ('pp1 tp2',)
     runs: tuple[str, ...]
 
+    @property
+    def name(self) -> str:  # 'tp2', 'fsdp2'
+        return pl.layout_label(1, 1, self.tp, self.fsdp).removeprefix("pp1 ")
+
     def label(self) -> str:
-        return (f"{pl.layout_label(1, 1, self.tp, self.fsdp).removeprefix('pp1 ')} host cost from "
+        return (f"{self.name} host cost from "
                 f"{'/'.join(self.layouts)} ({self.cases} case(s)): compute x{self.compute:.2f}, "
                 f"collectives x{self.comm:.2f}")
 
