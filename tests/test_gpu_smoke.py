@@ -156,6 +156,13 @@ def test_plan_layouts_verdict_reads_the_held_out_tp_error_and_its_source():
     two = text.replace(")\n", "); pp4 step MAPE 0.9%, peak 1.7% (3 cases; comm from measured in the pp4 calibration)\n")
     assert R.plan_layouts_verdict(two)[1] == line
     assert R.plan_layouts_verdict("step time MAPE 1.9%")[0] == "FAILED"
+    host = text.replace("(throughput mode))", "(throughput mode); tp2 host cost from pp1 tp2 (4 case(s)): compute "
+                        "x1.53, collectives x0.94)")
+    assert R.plan_layouts_verdict(host)[1].startswith(
+        "held-out pp2 x tp2 step MAPE 1.9%, comm from collectives run 2026-x (throughput mode); tp2 host cost from "
+        "pp1 tp2 (4 case(s)): compute x1.53, collectives x0.94 (a prediction")
+    assert R.plan_layouts_verdict(host.replace(")\n", "); pp4 step MAPE 0.9%, peak 1.7% (3 cases; comm from x)\n"))[1] \
+        == R.plan_layouts_verdict(host)[1]
 
 
 @pytest.mark.slow
@@ -165,6 +172,7 @@ def test_cpu_plan_layouts_through_the_cli(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     status, line = got["plan-layouts"]
     assert status == "ok" and "held-out pp2 x tp2 step MAPE" in line and "(throughput mode)" in line, line
+    assert "tp2 host cost from pp1 tp2" in line, line
 
 
 def test_one_line_of_a_rank_failure():

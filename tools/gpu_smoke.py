@@ -21,8 +21,8 @@ C. Several ranks on one device (issue 31 items 1-4; tools/gpu_smoke_ranks.py; do
                          schedules run: its held-out MAPE (needs the CLI: nccl or nccl-shared)
   plan-layouts           (only with --checks plan-layouts) docs/plan.md's layout study, small, at
                          world 4 (timed workload): the collectives with two groups of 2 at once,
-                         pp2 and pp2 x dp2 calibrated, pp2 x tp2 held out; the held-out MAPE per
-                         layout and its comm source
+                         pp2, pp2 x dp2 and tp2's host cost (pp1 x tp2, world 2) calibrated, pp2 x
+                         tp2 held out; the held-out MAPE per layout, its comm source and host cost
 
 A. Through the public command line (`python -m bench <kind> ...`, nccl, world min(2, GPUs)):
   collectives   all_reduce at 1 MiB and 64 MiB in the latency, throughput and nccl-tests modes:
@@ -478,7 +478,7 @@ def detect_transports(torch, cpu: bool) -> dict:
 
 PROBE_TIMEOUT_S = 60
 # Each part-C check's own limit (seconds; a check never gets more than the budget left).
-PART_C_LIMIT_S = {"latency-ranks": 90, "composed-cases": 180, "schedules": 240, "plan": 240, "plan-layouts": 300}
+PART_C_LIMIT_S = {"latency-ranks": 90, "composed-cases": 180, "schedules": 240, "plan": 240, "plan-layouts": 360}
 # which transport each check runs on: 'many' for world 4 (composed layouts), 'p2p' for pipelines
 PART_C_TRANSPORT = {"latency-ranks": "collectives", "composed-cases": "many", "schedules": "p2p", "plan": "p2p",
                     "plan-layouts": "many"}
@@ -627,7 +627,8 @@ def _plan(check: str, argv: list, tail: int) -> str | None:
 def plan_layouts_argv(t, out: str) -> dict:
     """docs/plan.md's commands for layouts, small (timed workload, GPipe and 1F1B, batch 16): the
     communication with the layout's groups at once, pp2 and pp2 x dp2 calibrated (chunks 2, 4),
-    pp2 x tp2 held out (chunks 8)."""
+    tp2's host cost from a one-rank pipeline of it (pp1 x tp2, world 2: Interleaved 1F1B and
+    Looped BFS), pp2 x tp2 held out (chunks 8)."""
     tail = ["--backend", t.backend, "--out", out, "--telemetry-interval-s", "0.5"]
     pipe = ["--model", "timed", "--schedule", "gpipe,1f1b", "--batch", "16", "--steps", "5", "--warmup", "1",
             "--check", "0", *tail]
@@ -636,6 +637,8 @@ def plan_layouts_argv(t, out: str) -> dict:
             "pp2": ["pipeline", "--suite", "suites/plan-calibrate.toml", "--stages", "2", "--chunks", "2,4", *pipe],
             "pp2 dp2": ["pipeline", "--suite", "suites/plan-calibrate.toml", "--stages", "2", "--dp", "2",
                         "--chunks", "2,4", *pipe],
+            "pp1 tp2": ["pipeline", "--suite", "suites/plan-calibrate.toml", "--stages", "1", "--tp", "2",
+                        "--chunks", "2,4", *pipe, "--schedule", "interleaved,looped_bfs"],
             "pp2 tp2": ["pipeline", "--suite", "suites/plan-validate.toml", "--stages", "2", "--tp", "2", "--chunks", "8",
                         *pipe]}
 
@@ -648,17 +651,18 @@ def c_plan_layouts(args, torch):
     for label, argv in plan_layouts_argv(t, args.out).items():
         runs[label], _ = _cli_run(argv, t, 80)
         print(f"## plan-layouts {label}: {runs[label]}", flush=True)
-    text = _plan("plan-layouts", [runs["pp2"], runs["pp2 dp2"], "--comm", runs["comm"], "--validate", runs["pp2 tp2"],
-                                  "--out", args.out], 12)
+    text = _plan("plan-layouts", [runs["pp2"], runs["pp2 dp2"], runs["pp1 tp2"], "--comm", runs["comm"],
+                                  "--validate", runs["pp2 tp2"], "--out", args.out], 12)
     if text is None:
         return
     status, line = R.plan_layouts_verdict(text)
-    report(status, "plan-layouts", f"{line}; pp2 and pp2 x dp2 calibrated, pp2 x tp2 held out, world 4 on {t.name}")
+    report(status, "plan-layouts", f"{line}; pp2, pp2 x dp2 and pp1 x tp2 calibrated, pp2 x tp2 held out, world 4 "
+                                   f"on {t.name}")
 
 
 PART_C = {"latency-ranks": c_latency_ranks, "composed-cases": c_composed_cases, "schedules": c_schedules, "plan": c_plan,
           "plan-layouts": c_plan_layouts}
-# run only when named (--checks plan-layouts): four launches at world 4 (about 2 minutes on 2 CPU cores) would
+# run only when named (--checks plan-layouts): five launches (about 3 minutes on 2 CPU cores) would
 # leave the default run's other checks without budget
 OPT_IN = {"plan-layouts"}
 CHILD = {**{k: (lambda a, t, _k=k: PART_B[_k](t)) for k in PART_B}, "probe": c_probe,

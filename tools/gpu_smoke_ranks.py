@@ -197,8 +197,8 @@ def plan_verdict(stdout: str) -> tuple[str, str]:
 
 def plan_layouts_verdict(stdout: str) -> tuple[str, str]:
     """`distbench plan CAL --comm COMM --validate TP_RUN`: the held-out pp2 x tp2 step MAPE from its
-    'per layout:' line, and where its communication came from."""
-    per = re.search(r"pp2 tp2 step MAPE\s+([0-9.]+)%, peak [0-9.]+% \(\d+ cases?; comm from (.+?)\)(?=; |\s*$)",
+    'per layout:' line, and where its communication (and its host cost, where fitted) came from."""
+    per = re.search(r"pp2 tp2 step MAPE\s+([0-9.]+)%, peak [0-9.]+% \(\d+ cases?; comm from (.+?)\)(?=; pp\d|\s*$)",
                     stdout, flags=re.M)
     if not per:
         return "FAILED", "plan printed no held-out pp2 tp2 step MAPE"
