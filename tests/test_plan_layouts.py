@@ -509,3 +509,27 @@ def test_a_composed_candidate_starts_from_the_stage_times_of_its_own_world():
     two = pl.Candidate(stages=2, tp=2, schedule="1f1b", chunks=4, micro_batch=256)
     assert base_for(cals, one) is cals[1] and base_for(cals, two) is cals[2]
     assert base_for({2: cals[2]}, one) is cals[2]  # no calibration of its world: the nearest ranks per stage
+
+
+def test_a_calibrated_dp_degree_at_another_world_is_composed_from_the_stage_times_of_its_own():
+    """pp1 x dp2 (world 2) with pp2 (world 2) and pp2 x dp2 (world 4) calibrated: on a shared host
+    the pp2 x dp2 stage times carry four ranks on the cores, so with a communication run the
+    candidate is composed from pp2's stage times plus its gradient all-reduce (measured on 2 cores:
+    predicted from pp2 x dp2's, pp1 x dp2 read 2.4x too slow); without one it stays pp2 x dp2's."""
+    from plan_fixtures import observe_dp
+    from bench.pipeline.plan_compose import compose
+    from bench.workloads.specs import get_spec
+
+    cals = pf.fit_layouts(CAL + [observe_dp(s, m) for s in ("gpipe", "1f1b") for m in (2, 8)], order_of)
+    comm = pc.fit_rows(comm_rows(), "collectives run comm")
+    cand = pl.Candidate(stages=1, dp=2, schedule="interleaved", chunks=4, micro_batch=128)
+    p = ps.predict(cals, cand, where=ps.Where(comm=comm))
+    want = compose(cals, cand, comm, get_spec("mlp-pipe"), pl.torch_order)
+    assert p.step_s == pytest.approx(want.step_s, rel=1e-12) and p.comm_source == "collectives run comm"
+    assert p.comm_s["dp_all_reduce_s"] > 0
+    assert "2 rank(s) per stage not calibrated at world 2 (stage times of the pp2 calibration)" in p.extrapolated
+    alone = ps.predict(cals, cand)  # no communication run: the calibrated degree's own pipeline, as before
+    assert alone.step_s == pytest.approx(pl.predict(cals[2], cand, pl.torch_order).step_s, rel=1e-12)
+    two = pl.Candidate(stages=2, dp=2, schedule="1f1b", chunks=4, micro_batch=128)  # its own world: as calibrated
+    assert ps.predict(cals, two, where=ps.Where(comm=comm)).step_s == pytest.approx(
+        pl.predict(cals[2], two, pl.torch_order).step_s, rel=1e-12)

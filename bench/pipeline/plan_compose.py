@@ -115,10 +115,15 @@ def base_for(cals: dict, cand: pl.Candidate) -> pl.Calibration:
     many ranks computing at once as its run had), with dp x fsdp x tp ranks per pipeline rank where
     there is one, else the nearest such degree; with none, the calibration of that many ranks per
     pipeline rank, else the nearest (pl.layout_for)."""
-    k, n = cand.dp * cand.fsdp * cand.tp, pl.model_stages(cand.schedule, cand.stages)
-    same = [c for c in cals.values()
-            if any(r * c.dp == cand.world and pl.model_stages(name, r) == n for r, name, *_ in c.configs)]
+    k = cand.dp * cand.fsdp * cand.tp
+    same = [c for c in cals.values() if measured_at(c, cand)]
     return min(same, key=lambda c: (abs(c.dp - k), c.dp)) if same else pl.layout_for(cals, k)
+
+
+def measured_at(cal: pl.Calibration, cand: pl.Candidate) -> bool:
+    """Did the calibration measure the candidate's model depth at the candidate's world?"""
+    n = pl.model_stages(cand.schedule, cand.stages)
+    return any(r * cal.dp == cand.world and pl.model_stages(name, r) == n for r, name, *_ in cal.configs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,7 +232,8 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
     cal, order, n, bounds = got.cal, got.order, got.n, got.bounds
     labels = "/".join(pl.layout_label(r, cal.dp) for r in cal.ranks)  # the calibration's own layouts, e.g. pp2/pp4
     if cal.dp != k:
-        notes.insert(0, f"{k} rank(s) per stage not calibrated (stage times of the {labels} calibration)")
+        where_k = f" at world {cand.world}" if k in cals else ""  # calibrated at other worlds only
+        notes.insert(0, f"{k} rank(s) per stage not calibrated{where_k} (stage times of the {labels} calibration)")
     sch = scheds.get(cand.schedule)
     o, o_why = cal.overhead_for(cand.stages, cand.schedule)
     once, once_why = cal.step_overhead_for(cand.stages)

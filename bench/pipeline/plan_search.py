@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
 from bench.pipeline import plan_comm
-from bench.pipeline.plan_compose import compose
+from bench.pipeline.plan_compose import compose, measured_at
 from bench.training import schedules as scheds
 from bench.training.dims import check_tp as tp_validate
 from bench.workloads.specs import get_spec
@@ -89,11 +89,21 @@ def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None, to: str
     mine = where.measured.get((cand.dp, cand.fsdp, cand.tp)) if cand.composed else None
     if mine is not None and cand.stages in mine.ranks:  # a composed layout the calibration measured: as measured
         return pl.predict(mine, cand, pl.torch_order, link=link, target=to, mapped_by=how)
-    if cand.composed or (cand.dp not in cals and where.comm.fits):
+    if cand.composed or (where.comm.fits and _elsewhere(cals, cand)):
         return compose(cals, cand, where.comm, get_spec(next(iter(cals.values())).model), pl.torch_order,
                        ranks_per_node=where.ranks_per_node, tp_across=where.tp_across, to=to, how=how, link=link,
                        host=where.host.get((cand.tp, cand.fsdp)))
     return pl.predict(pl.layout_for(cals, cand.dp), cand, pl.torch_order, link=link, target=to, mapped_by=how)
+
+
+def _elsewhere(cals: dict, cand: pl.Candidate) -> bool:
+    """A pp x dp candidate to compose rather than predict with its degree's calibration: that degree
+    was not calibrated, or it was at other worlds only while another calibration measured the
+    candidate's world and model depth (on a shared host a stage time carries as many ranks computing
+    at once as its run had: pp1 x dp2 at world 2 is pp2's stage times plus the all-reduce, not pp2 x
+    dp2's at world 4)."""
+    mine = cals.get(cand.dp)
+    return mine is None or (not measured_at(mine, cand) and any(measured_at(c, cand) for c in cals.values()))
 
 
 @dataclass(frozen=True, kw_only=True)
