@@ -533,3 +533,16 @@ def test_a_calibrated_dp_degree_at_another_world_is_composed_from_the_stage_time
     two = pl.Candidate(stages=2, dp=2, schedule="1f1b", chunks=4, micro_batch=128)  # its own world: as calibrated
     assert ps.predict(cals, two, where=ps.Where(comm=comm)).step_s == pytest.approx(
         pl.predict(cals[2], two, pl.torch_order).step_s, rel=1e-12)
+
+
+def test_a_composed_case_the_pipelines_cannot_price_is_left_out_of_the_host_cost():
+    """A measured pp2 x tp2 case in a checkpoint mode the pipelines never ran: the composition
+    cannot price it (the mode's recompute is unknown), so it fits no host cost, and no error: it
+    is still its own layout's measured calibration."""
+    from bench.pipeline.plan_compose import fit_host
+    from bench.workloads.specs import get_spec
+
+    cals = pf.fit_layouts(CAL, order_of)
+    o = pl.Observation(**{**CAL[0].__dict__, "tp": 2, "checkpoint": "always", "run_id": "ckpt"})
+    comm = pc.fit_rows(comm_rows(), "collectives run comm")
+    assert fit_host([o], cals, comm, get_spec("mlp-pipe"), order_of) == {}

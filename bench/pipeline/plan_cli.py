@@ -241,9 +241,8 @@ def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where:
                    "cases": sum(c.cases for c in cals.values()),
                    "measured_layouts": {pl.layout_label(c.ranks[0], c.dp, c.tp, c.fsdp): c.cases
                                         for c in where.measured.values()},
-                   "host_cost": {h.name: {"compute": h.compute, "collectives": h.comm,
-                                                                    "layouts": list(h.layouts), "runs": list(h.runs)}
-                                 for h in where.host.values()},
+                   "host_cost": {h.name: {"compute": h.compute, "collectives": h.comm, "layouts": list(h.layouts),
+                                          "runs": list(h.runs)} for h in where.host.values()},
                    "overhead_per_action_s": {f"{pl.layout_label(r, c.dp)} {n}": v for c in cals.values()
                                              for (r, n), v in c.overhead.items()},
                    "overhead_per_step_s": {pl.layout_label(r, c.dp): v for c in cals.values()

@@ -186,7 +186,9 @@ def fit_host(obs: list[pl.Observation], cals: dict, comm: Comm, spec: ModelSpec,
     factors by non-negative least squares on the relative error of each measured (stage, kind)
     median per micro-batch (scipy.optimize.nnls), against the terms the composition prices for the
     same case: y = compute x t(s, k, b) / tp + comm x (its all-reduces + the median over its
-    micro-batches of its gathers). With no collective priced the comm factor stays 1."""
+    micro-batches of its gathers). With no collective priced the comm factor stays 1. A case the
+    composition cannot price (a checkpoint mode the pipelines never ran) is left out of the fit; it
+    is still its own layout's measured calibration."""
     from scipy.optimize import nnls  # lazy: scipy only when a plan is calibrated
 
     rows: dict = {}
@@ -195,7 +197,11 @@ def fit_host(obs: list[pl.Observation], cals: dict, comm: Comm, spec: ModelSpec,
             continue
         cand = pl.Candidate(stages=o.stages, schedule=o.schedule, chunks=o.chunks, micro_batch=o.micro_batch,
                             checkpoint=o.checkpoint, dp=o.dp, tp=o.tp, fsdp=o.fsdp)
-        got = actions(cals, cand, comm, spec, order_of, scopes(o.tp, o.fsdp, o.dp, ranks_per_node, tp_across), [])
+        try:
+            got = actions(cals, cand, comm, spec, order_of, scopes(o.tp, o.fsdp, o.dp, ranks_per_node, tp_across),
+                          [])
+        except BenchError:
+            continue
         mbs: dict = {}
         for acts in got.order.values():
             for s, k, i in acts:
@@ -282,7 +288,8 @@ def compose(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_o
            if comm.machine and comm.machine != target else "")
     return pl.Prediction(candidate=cand, step_s=step, samples_per_s=cand.batch / step, bubble=compute.mean_bubble,
                          peak_bytes=max(memory), calibrated_on=cal.machine, predicted_for=target,
-                         comm_source=comm.source + (f"; {host.label()}" if host else ""), comm_s={"tp_fsdp_per_action_s": busiest, **per_step},
+                         comm_source=comm.source + (f"; {host.label()}" if host else ""),
+                         comm_s={"tp_fsdp_per_action_s": busiest, **per_step},
                          extrapolated="; ".join(dict.fromkeys(filter(None, [
                              moved, off, *notes, cal.extrapolation(n, cand.micro_batch, cand.checkpoint), o_why,
                              once_why, "" if comm.fits else comm.source]))))
