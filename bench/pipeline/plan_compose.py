@@ -144,6 +144,8 @@ class Actions:
 
 def actions(cals: dict, cand: pl.Candidate, comm: Comm, spec: ModelSpec, order_of, where: dict,
             notes: list) -> Actions:
+    """The terms of a composed candidate's actions, priced as compose and fit_host both use them
+    (notes: where a collective was not measured as the layout runs it)."""
     cal = base_for(cals, cand)
     order, n = order_of(cand.schedule, cand.stages, cand.chunks), pl.model_stages(cand.schedule, cand.stages)
     bounds = split_pieces(spec, even_balance(spec.depth, n))
