@@ -4,12 +4,14 @@ measured on held-out runs, per launch and over launches, per sweep, stored as a 
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from bench.cli import main
 from bench.pipeline import plan as pl
-from bench.pipeline.plan_validate import sweeps
+from bench.pipeline.plan_validate import over_launches, sweeps
 
 from plan_fixtures import observe, CAL, observe_ckpt, CAL_CKPT, CPU_BOX, stored, held_run, stored_ckpt, observe_dp
 
@@ -125,6 +127,47 @@ def test_layouts_measured_at_one_world_make_a_sweep_of_their_own():
     assert w["shortfall"] == pytest.approx(1 - (1024 / 1.1) / (1024 / 1.0))
 
 
+def _launch_rows(measured: dict) -> list[dict]:
+    """Rows of two configurations (a is predicted faster) measured in several launches:
+    measured = {launch: (a's step, b's step)}."""
+    base = dict(stages=2, dp=1, tp=1, fsdp=1, chunks=8, micro_batch=128, checkpoint="never", measured_bubble=0.1,
+                predicted_bubble=0.1, measured_peak_bytes=1.0, predicted_peak_bytes=1.0, extrapolated="")
+    return [dict(base, run_id=run, case_id=name, candidate=name, schedule=name, predicted_step_s=pred,
+                 measured_step_s=steps[i])
+            for run, steps in measured.items() for i, (name, pred) in enumerate((("a", 1.0), ("b", 1.1)))]
+
+
+def test_a_pooled_sweeps_shortfall_says_whether_its_launches_resolve_it():
+    """The model picks a; over four launches b's median is 6.8% faster (a 1.1 s, b 1.025 s), but b was
+    faster in two launches of four: per launch (paired, a launch fast or slow as a whole moves both)
+    the shortfall's 95% confidence interval holds 0, so the order is not resolved."""
+    rows = _launch_rows({"l1": (1.0, 1.1), "l2": (1.2, 1.0), "l3": (1.0, 1.05), "l4": (1.3, 1.0)})
+    (w,) = sweeps(over_launches(rows))
+    assert (w["picked"], w["best"]) == ("a", "b") and w["shortfall"] == pytest.approx(1 - 1.025 / 1.1)
+    per = [1 - 1.1 / 1.0, 1 - 1.0 / 1.2, 1 - 1.05 / 1.0, 1 - 1.0 / 1.3]  # 1 - b's step / a's step, per launch
+    assert w["launches_paired"] == 4 and w["best_faster_in"] == 2
+    assert w["launch_shortfall_median"] == pytest.approx(float(np.median(per)))
+    logs = np.log([1.0 / 1.1, 1.2 / 1.0, 1.0 / 1.05, 1.3 / 1.0])  # log(a's step / b's step): > 0 where b is faster
+    half = stats.t.ppf(0.975, 3) * logs.std(ddof=1) / 2
+    assert w["shortfall_ci95"] == pytest.approx([1 - np.exp(-(logs.mean() - half)), 1 - np.exp(-(logs.mean() + half))])
+    assert w["shortfall_ci95"][0] < 0 < w["shortfall_ci95"][1] and w["resolved"] is False
+
+
+def test_a_pooled_sweeps_shortfall_is_resolved_when_every_launch_agrees_within_a_narrow_interval():
+    rows = _launch_rows({"l1": (1.10, 1.00), "l2": (1.21, 1.10), "l3": (0.99, 0.90)})
+    (w,) = sweeps(over_launches(rows))
+    assert w["best_faster_in"] == 3 and w["launches_paired"] == 3
+    assert w["shortfall_ci95"][0] == pytest.approx(1 - 1 / 1.1) and w["resolved"] is True
+
+
+def test_a_sweep_of_one_launch_or_with_the_pick_best_has_no_launch_test():
+    rows = _launch_rows({"l1": (1.0, 1.1)})
+    (w,) = sweeps(rows)
+    assert w["launches_paired"] == 0 and w["shortfall_ci95"] is None and w["resolved"] is None
+    (w,) = sweeps(over_launches(_launch_rows({"l1": (1.0, 1.1), "l2": (1.0, 1.2)})))
+    assert w["picked"] == w["best"] == "a" and w["shortfall"] == 0.0 and w["resolved"] is None
+
+
 def test_validate_writes_its_predictions_into_a_run_of_its_own_never_into_the_runs_it_reads(tmp_path, capsys):
     """Was: plan_predictions.parquet written into every validated run directory."""
     cal = stored(tmp_path, "cal", CAL)
@@ -143,3 +186,14 @@ def test_validate_writes_its_predictions_into_a_run_of_its_own_never_into_the_ru
     rows = pd.read_parquet(mine / "plan_predictions.parquet")
     assert set(rows["run_id"]) == {"held"} and set(rows["calibration_machine"]) == {CPU_BOX}
     assert rows.loc[rows["role"] == "validation", "measured_machine"].tolist() == [CPU_BOX]
+
+
+def test_the_printed_sweep_says_whether_its_launches_resolve_the_shortfall(capsys):
+    from bench.pipeline.plan_cli import _print_errors
+
+    rows = over_launches(_launch_rows({"l1": (1.0, 1.1), "l2": (1.2, 1.0), "l3": (1.0, 1.05), "l4": (1.3, 1.0)}))
+    _print_errors(rows, sweeps(rows))
+    out = capsys.readouterr().out
+    assert "the model picks a (measured 931 samples/s), the measured best is b (999): 6.8% short (the best faster " \
+           "in 2 of 4 launches that measured both; per launch median 5.8% short, 95% CI -22.4% to 29.7%: " in out
+    assert "not resolved, within the launch-to-launch spread); Kendall tau -1.00" in out

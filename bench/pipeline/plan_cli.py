@@ -365,4 +365,14 @@ def _print_errors(rows: list[dict], picks: list[dict]):
         tau = "-" if math.isnan(w["kendall_tau"]) else f"{w['kendall_tau']:.2f}"
         print(f"sweep {w['run_id']} {w['layout']} ({w['cases']} cases): the model picks {w['picked']} "
               f"(measured {w['picked_samples_per_s']:.0f} samples/s), the measured best is {w['best']} "
-              f"({w['best_samples_per_s']:.0f}): {w['shortfall']:.1%} short; Kendall tau {tau}")
+              f"({w['best_samples_per_s']:.0f}): {w['shortfall']:.1%} short" + _launch_test(w) + f"; Kendall tau {tau}")
+
+
+def _launch_test(w: dict) -> str:
+    """The shortfall launch by launch (plan_validate.launch_test), where two or more launches measured both."""
+    if w.get("resolved") is None:
+        return ""
+    lo, hi = w["shortfall_ci95"]
+    return (f" (the best faster in {w['best_faster_in']} of {w['launches_paired']} launches that measured both; "
+            f"per launch median {w['launch_shortfall_median']:.1%} short, 95% CI {lo:.1%} to {hi:.1%}: "
+            + ("resolved" if w["resolved"] else "not resolved, within the launch-to-launch spread") + ")")

@@ -2,7 +2,7 @@
 the held-out cases, predicted beside their measurements, and the statistics over them: the step
 time and peak memory MAPE, per validation launch its launch factor, per configuration measured in
 several launches its median over them, and per sweep how far the model's pick is from the
-measured best."""
+measured best (over launches, with the launch-to-launch test of that shortfall)."""
 
 import math
 from dataclasses import dataclass
@@ -99,6 +99,7 @@ def over_launches(rows: list[dict]) -> list[dict]:
             continue
         r = g.iloc[0].to_dict()
         r.update(run_id=f"median of {n} launches", case_id=f"{r['case_id']} x{n}", launches=n,
+                 measured_by_launch={str(k): float(v) for k, v in g.groupby("run_id")["measured_step_s"].median().items()},
                  measured_step_s=float(g["measured_step_s"].median()),
                  measured_bubble=float(g["measured_bubble"].median()),
                  measured_peak_bytes=float(g["measured_peak_bytes"].median()))
@@ -199,5 +200,29 @@ def sweeps(rows: list[dict]) -> list[dict]:
                     "picked": picked["candidate"], "picked_samples_per_s": measured[predicted.idxmax()],
                     "best": best["candidate"], "best_samples_per_s": measured.max(),
                     "shortfall": 1 - measured[predicted.idxmax()] / measured.max(),
-                    "kendall_tau": kendall_tau(predicted.tolist(), measured.tolist())})
+                    "kendall_tau": kendall_tau(predicted.tolist(), measured.tolist()),
+                    **launch_test(picked, best, batch[predicted.idxmax()], batch[measured.idxmax()])})
     return out
+
+
+def launch_test(picked, best, picked_batch: float, best_batch: float) -> dict:
+    """Does the shortfall hold launch by launch? Over the launches that measured both the pick and
+    the best (paired: a launch fast or slow as a whole moves both), the per-launch shortfall
+    1 - (pick's throughput / best's), how many launches had the best faster, and a 95% confidence
+    interval of the shortfall from the mean of log(best's throughput / pick's) over them (Student's
+    t, n - 1 degrees of freedom; the quantile from scipy.stats.t). `resolved`: the interval lies
+    above 0, so the launches tell the best from the pick; None without two paired launches or when
+    the model picked the best."""
+    mine, theirs = picked.get("measured_by_launch"), best.get("measured_by_launch")
+    both = sorted(set(mine) & set(theirs)) if isinstance(mine, dict) and isinstance(theirs, dict) else []
+    if picked["candidate"] == best["candidate"] or len(both) < 2:
+        return {"launches_paired": len(both), "best_faster_in": None, "launch_shortfall_median": None,
+                "shortfall_ci95": None, "resolved": None}
+    logs = np.log([(best_batch / theirs[k]) / (picked_batch / mine[k]) for k in both])
+    from scipy.stats import t  # lazy: scipy only when a validation is scored
+
+    half = float(t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs)))
+    lo, hi = (1 - float(np.exp(-(logs.mean() + d))) for d in (-half, half))
+    return {"launches_paired": len(both), "best_faster_in": int((logs > 0).sum()),
+            "launch_shortfall_median": float(np.median(1 - np.exp(-logs))), "shortfall_ci95": [lo, hi],
+            "resolved": bool(lo > 0)}
