@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.pipeline import plan as pl
 from bench.pipeline import plan_launch
-from bench.pipeline.plan_fit import fit_layouts, fit_measured, one_machine, one_model
+from bench.pipeline.plan_fit import Spread, fit_layouts, fit_measured, launch_spread, one_machine, one_model
 from bench.pipeline import plan_comm
 from bench.pipeline.plan_comm import comm_of
 from bench.pipeline.plan_compose import fit_host
@@ -226,14 +226,16 @@ def _plan(args, cals: dict, obs: list[pl.Observation], limit: float | None, targ
                          f"{','.join(map(str, stages))}, --dp {args.dp or ','.join(map(str, sorted(cals)))}, "
                          f"--fsdp {args.fsdp}, --tp {args.tp})")
     crowded = sorted({pl.layout_label(o.stages, o.dp, o.tp, o.fsdp) for o in obs if o.oversubscribed})
+    spread = launch_spread(obs)
     if args.format == "json":
-        _print_plan_json(cals, found, target, args.top, where, crowded)
+        _print_plan_json(cals, found, target, args.top, where, crowded, spread)
     else:
-        _print_plan(cals, found, target, to, how, args.top, args.memory_limit, where, crowded)
+        _print_plan(cals, found, target, to, how, args.top, args.memory_limit, where, crowded, spread)
     return 0
 
 
-def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where: Where, crowded=()):
+def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where: Where, crowded=(),
+                     spread: Spread | None = None):
     cal = next(iter(cals.values()))
     links = {k: {"alpha_s": w.alpha_s, "beta_bytes_per_s": w.bandwidth_bytes_per_s, "source": w.source}
              for k, w in (("p2p", cal.link), ("target_p2p", target)) if w is not None}
@@ -248,14 +250,16 @@ def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where:
                    "overhead_per_step_s": {pl.layout_label(r, c.dp): v for c in cals.values()
                                            for r, v in c.step_overhead.items()},
                    "comm_source": where.comm.source, "ranks_per_node": where.ranks_per_node,
-                   "oversubscribed_layouts": list(crowded), **links}
+                   "oversubscribed_layouts": list(crowded),
+                   "launch_spread": {"mad": spread.mad, "configurations": spread.configs, "launches": spread.launches}
+                   if spread else None, **links}
     print(json.dumps({"prediction": True, "calibration": calibration,
                       "recommended": [as_dict(p) for p in found.best[:top]],
                       "over_memory_limit": [as_dict(p) for p in found.over], "skipped": found.skipped}, indent=1))
 
 
 def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, top: int, memory_limit, where: Where,
-                crowded=()):
+                crowded=(), spread: Spread | None = None):
     cal = next(iter(cals.values()))
     print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on "
           f"{sum(c.cases for c in cals.values())} case(s) of {len(calibration_runs(cals))} run(s) on {cal.machine}, "
@@ -277,6 +281,7 @@ def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, to
         print(f"calibration runs that shared their cores (more ranks than cores): {', '.join(crowded)}; their "
               "predictions carry that time-sharing, and there the stage compute need not be linear in the "
               "micro-batch (docs/plan.md, 'World 4 on 2 cores')")
+    print(_spread_line(spread))
     if cal.link:
         print(f"p2p between pipeline ranks (alpha-beta, {cal.boundary_bytes:.0f} bytes per sample at a stage boundary): "
               f"calibrated {cal.link.label()}" + (f"; predicted with {target.label()}" if target else ""))
@@ -287,11 +292,22 @@ def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, to
                   f"comm: {p.comm_source}" if p.comm_s else "",
                   f"extrapolated: {p.extrapolated}" if p.extrapolated else ""])))
     if found.best:
-        print(why(found.best[0], found.preds))
+        print(why(found.best[0], found.preds, spread))
     for p in found.over:
         print(f"over --memory-limit {memory_limit}: {p.candidate.label} needs {mib(p.peak_bytes)} per rank")
     for s in found.skipped:
         print(f"not a candidate: {s}")
+
+
+def _spread_line(spread: Spread | None) -> str:
+    if spread is None:
+        return ("calibration launches: every configuration was measured in one launch, so the launch-to-launch "
+                "spread is not known; a near tie may be that launch's order (pool launches: --calibrate --launches N, "
+                "or pass several runs)")
+    return (f"calibration launch-to-launch spread: a configuration's step lay a median {spread.mad:.1%} from its "
+            f"median over launches ({spread.configs} configuration(s), measured in up to {spread.launches} launches); "
+            "a runner-up less than twice that behind the pick is marked 'within the calibration's launch-to-launch "
+            "spread'")
 
 
 def _per_step(cals: dict) -> str:

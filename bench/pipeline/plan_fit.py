@@ -30,6 +30,8 @@ it was calibrated on and the one it is for).
   bench.timing.alphabeta); the overhead is then what is left beside the transfers.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from bench.errors import BenchError
@@ -135,6 +137,32 @@ def fit_measured(obs: list[Observation], order_of, link: Link | None = None, bou
         if o.tp > 1 or o.fsdp > 1:
             groups.setdefault((o.dp, o.fsdp, o.tp), []).append(o)
     return {k: fit(v, order_of, link, boundary_bytes) for k, v in sorted(groups.items())}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How far a calibration configuration's step moved between the launches that measured it."""
+
+    mad: float  # median over (configuration, launch) of |step / the configuration's median over launches - 1|
+    configs: int  # configurations measured in two or more launches
+    launches: int  # the most launches one configuration was measured in
+
+
+def launch_spread(obs: list[Observation]) -> Spread | None:
+    """The calibration's launch-to-launch spread: for every configuration (layout, schedule, chunks,
+    micro-batch, checkpoint mode) measured in two or more launches (runs), each launch's step
+    against the configuration's median over them; the median of those relative deviations (a
+    median absolute deviation: for two launches, half their relative difference). None when every
+    configuration was measured in one launch."""
+    steps: dict = {}
+    for o in obs:
+        key = (o.stages, o.dp, o.tp, o.fsdp, o.schedule, o.chunks, o.micro_batch, o.checkpoint)
+        steps.setdefault(key, {}).setdefault(o.run_id, []).append(o.step_s)
+    many = [[float(np.median(v)) for v in runs.values()] for runs in steps.values() if len(runs) > 1]
+    if not many:
+        return None
+    devs = [abs(t / np.median(ts) - 1) for ts in many for t in ts]
+    return Spread(mad=float(np.median(devs)), configs=len(many), launches=max(map(len, many)))
 
 
 def pl_label(o: Observation) -> str:

@@ -10,6 +10,7 @@ from bench.errors import BenchError
 from bench.pipeline import plan as pl
 from bench.pipeline import plan_comm
 from bench.pipeline.plan_compose import compose, measured_at
+from bench.pipeline.plan_fit import Spread
 from bench.training import schedules as scheds
 from bench.training.dims import check_tp as tp_validate
 from bench.workloads.specs import get_spec
@@ -131,10 +132,17 @@ def mib(b: float) -> str:
     return f"{b / 2**20:.0f} MiB"
 
 
-def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
+def why(best: pl.Prediction, preds: list[pl.Prediction], spread: Spread | None = None) -> str:
     """The trade-off behind the pick: the best other micro-batch count of the same schedule, depth
     and checkpoint mode (bubble against per-micro-batch cost), the other checkpoint modes of the
-    same configuration (throughput against memory), and the best other schedule."""
+    same configuration (throughput against memory), the best other schedule and the best of each
+    other layout. A runner-up predicted less than twice the calibration's launch-to-launch spread
+    (plan_fit.launch_spread) behind the pick is marked: the launches may order the two either way."""
+
+    def near(slower: float) -> str:
+        return (" (within the calibration's launch-to-launch spread)"
+                if spread is not None and slower - 1 < 2 * spread.mad else "")
+
     c = best.candidate
     same = [p for p in preds if p is not best and (p.candidate.layout, p.candidate.schedule,
                                                     p.candidate.checkpoint) == (c.layout, c.schedule, c.checkpoint)]
@@ -148,17 +156,18 @@ def why(best: pl.Prediction, preds: list[pl.Prediction]) -> str:
         trade = ("a smaller bubble does not pay for the smaller, more numerous micro-batches"
                  if s.candidate.chunks > c.chunks else "a larger bubble")
         out.append(f"m={s.candidate.chunks}: bubble {s.bubble:.0%}, {best.samples_per_s / s.samples_per_s:.2f}x slower "
-                   f"({trade})")
+                   f"({trade})" + near(best.samples_per_s / s.samples_per_s))
     for p in modes:  # the memory / recompute trade-off of activation checkpointing
         out.append(f"checkpoint {p.candidate.checkpoint}: {p.samples_per_s / best.samples_per_s:.2f}x the throughput, "
                    f"peak {mib(p.peak_bytes)} against {mib(best.peak_bytes)}")
     if other:
         o = max(other, key=lambda p: p.samples_per_s)
-        out.append(f"best other schedule {o.candidate.label}: {best.samples_per_s / o.samples_per_s:.2f}x slower")
+        out.append(f"best other schedule {o.candidate.label}: {best.samples_per_s / o.samples_per_s:.2f}x slower"
+                   + near(best.samples_per_s / o.samples_per_s))
     for lay in sorted({p.candidate.layout for p in preds} - {c.layout}):  # the layout question
         o = max((p for p in preds if p.candidate.layout == lay), key=lambda p: p.samples_per_s)
         out.append(f"best {lay}: {o.candidate.label} {best.samples_per_s / o.samples_per_s:.2f}x slower"
-                   + (f" ({_terms(o)})" if o.comm_s else ""))
+                   + near(best.samples_per_s / o.samples_per_s) + (f" ({_terms(o)})" if o.comm_s else ""))
     return "; ".join(out)
 
 
