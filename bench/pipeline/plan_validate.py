@@ -98,8 +98,9 @@ def over_launches(rows: list[dict]) -> list[dict]:
         if n < 2:
             continue
         r = g.iloc[0].to_dict()
+        by_launch = g.groupby("run_id")["measured_step_s"].median()
         r.update(run_id=f"median of {n} launches", case_id=f"{r['case_id']} x{n}", launches=n,
-                 measured_by_launch={str(k): float(v) for k, v in g.groupby("run_id")["measured_step_s"].median().items()},
+                 measured_by_launch={str(k): float(v) for k, v in by_launch.items()},
                  measured_step_s=float(g["measured_step_s"].median()),
                  measured_bubble=float(g["measured_bubble"].median()),
                  measured_peak_bytes=float(g["measured_peak_bytes"].median()))
