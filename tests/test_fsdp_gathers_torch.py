@@ -107,3 +107,15 @@ def test_fsdp_gathers_is_what_torch_gathers(schedule):
         assert inside == model - firsts and firsts <= model
     else:
         assert outside == 0 and inside == model
+
+
+def test_interleaved_and_looped_bfs_gather_equally_often_on_one_rank():
+    """pp1, two stages on the rank, m=8: 18 gathers per step either way. Interleaved: a forward that
+    follows its stage's backward reuses the parameters, so 3 forwards gather and 15 of 16 backwards
+    (stage 0's last follows a backward). Looped BFS: every forward, then each stage's first backward."""
+    from bench.pipeline import plan as pl
+    from bench.pipeline.plan_compose import fsdp_gathers
+
+    got = {s: fsdp_gathers(pl.torch_order(s, 1, 8)) for s in ("interleaved", "looped_bfs")}
+    kinds = {s: sorted(k for _, k, _ in g) for s, g in got.items()}
+    assert kinds == {"interleaved": ["B"] * 15 + ["F"] * 3, "looped_bfs": ["B"] * 2 + ["F"] * 16}

@@ -150,14 +150,29 @@ def test_a_pooled_sweeps_shortfall_says_whether_its_launches_resolve_it():
     logs = np.log([1.0 / 1.1, 1.2 / 1.0, 1.0 / 1.05, 1.3 / 1.0])  # log(a's step / b's step): > 0 where b is faster
     half = stats.t.ppf(0.975, 3) * logs.std(ddof=1) / 2
     assert w["shortfall_ci95"] == pytest.approx([1 - np.exp(-(logs.mean() - half)), 1 - np.exp(-(logs.mean() + half))])
-    assert w["shortfall_ci95"][0] < 0 < w["shortfall_ci95"][1] and w["resolved"] is False
+    assert w["shortfall_ci95"][0] < 0 < w["shortfall_ci95"][1] and w["faster"] is None and w["resolved"] is False
 
 
 def test_a_pooled_sweeps_shortfall_is_resolved_when_every_launch_agrees_within_a_narrow_interval():
-    rows = _launch_rows({"l1": (1.10, 1.00), "l2": (1.21, 1.10), "l3": (0.99, 0.90)})
+    """b faster by 8%, 10% and 12% in three launches: the interval lies above 0."""
+    rows = _launch_rows({"l1": (1.08, 1.00), "l2": (1.21, 1.10), "l3": (1.008, 0.90)})
     (w,) = sweeps(over_launches(rows))
     assert w["best_faster_in"] == 3 and w["launches_paired"] == 3
-    assert w["shortfall_ci95"][0] == pytest.approx(1 - 1 / 1.1) and w["resolved"] is True
+    logs = np.log([1.08, 1.1, 1.12])
+    lo = 1 - np.exp(-(logs.mean() - stats.t.ppf(0.975, 2) * logs.std(ddof=1) / np.sqrt(3)))
+    assert w["shortfall_ci95"][0] == pytest.approx(lo) and lo > 0
+    assert w["faster"] == "best" and w["resolved"] is True
+
+
+def test_the_paired_launches_may_resolve_the_order_the_other_way():
+    """The medians over launches put b first (a 1.3 s, b 1.2 s: b's launches were the slow ones
+    apart), while in every launch that measured both, a (the pick) was faster."""
+    rows = _launch_rows({"l1": (1.00, 1.05), "l2": (1.30, 1.36), "l3": (1.40, 1.47)})
+    rows += [dict(r, run_id=f"x{i}", measured_step_s=0.5) for i, r in enumerate(rows[1::2])]  # b alone, fast
+    (w,) = sweeps(over_launches(rows))
+    assert (w["picked"], w["best"], w["launches_paired"]) == ("a", "b", 3)
+    assert w["best_faster_in"] == 0 and w["shortfall_ci95"][1] < 0
+    assert w["faster"] == "pick" and w["resolved"] is True
 
 
 def test_a_sweep_of_one_launch_or_with_the_pick_best_has_no_launch_test():
@@ -167,6 +182,14 @@ def test_a_sweep_of_one_launch_or_with_the_pick_best_has_no_launch_test():
     (w,) = sweeps(over_launches(_launch_rows({"l1": (1.0, 1.1), "l2": (1.0, 1.2)})))
     assert w["picked"] == w["best"] == "a" and w["shortfall"] == 0.0 and w["resolved"] is None
 
+
+def test_a_pick_and_best_that_share_one_launch_have_no_launch_test():
+    """a in l1, l2; b in l2, l3: each pooled over two launches, one of them shared."""
+    rows = [r for r in _launch_rows({"l1": (1.3, 9.9), "l2": (1.3, 1.0), "l3": (9.9, 1.0)})
+            if (r["run_id"], r["candidate"]) not in {("l1", "b"), ("l3", "a")}]
+    (w,) = sweeps(over_launches(rows))
+    assert (w["picked"], w["best"]) == ("a", "b")
+    assert w["launches_paired"] == 1 and w["shortfall_ci95"] is None and w["resolved"] is None
 
 def test_validate_writes_its_predictions_into_a_run_of_its_own_never_into_the_runs_it_reads(tmp_path, capsys):
     """Was: plan_predictions.parquet written into every validated run directory."""
@@ -195,5 +218,6 @@ def test_the_printed_sweep_says_whether_its_launches_resolve_the_shortfall(capsy
     _print_errors(rows, sweeps(rows))
     out = capsys.readouterr().out
     assert "the model picks a (measured 931 samples/s), the measured best is b (999): 6.8% short (the best faster " \
-           "in 2 of 4 launches that measured both; per launch median 5.8% short, 95% CI -22.4% to 29.7%: " in out
+           "in 2 of 4 launches that measured both; per launch median 5.8% short, 95% CI of the shortfall -22.4% to " \
+           "29.7%: " in out
     assert "not resolved, within the launch-to-launch spread); Kendall tau -1.00" in out

@@ -251,8 +251,8 @@ def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where:
                                            for r, v in c.step_overhead.items()},
                    "comm_source": where.comm.source, "ranks_per_node": where.ranks_per_node,
                    "oversubscribed_layouts": list(crowded),
-                   "launch_spread": {"mad": spread.mad, "configurations": spread.configs, "launches": spread.launches}
-                   if spread else None, **links}
+                   "launch_spread": {"difference": spread.difference, "configurations": spread.configs,
+                                     "launches": spread.launches} if spread else None, **links}
     print(json.dumps({"prediction": True, "calibration": calibration,
                       "recommended": [as_dict(p) for p in found.best[:top]],
                       "over_memory_limit": [as_dict(p) for p in found.over], "skipped": found.skipped}, indent=1))
@@ -304,10 +304,10 @@ def _spread_line(spread: Spread | None) -> str:
         return ("calibration launches: every configuration was measured in one launch, so the launch-to-launch "
                 "spread is not known; a near tie may be that launch's order (pool launches: --calibrate --launches N, "
                 "or pass several runs)")
-    return (f"calibration launch-to-launch spread: a configuration's step lay a median {spread.mad:.1%} from its "
-            f"median over launches ({spread.configs} configuration(s), measured in up to {spread.launches} launches); "
-            "a runner-up less than twice that behind the pick is marked 'within the calibration's launch-to-launch "
-            "spread'")
+    return (f"calibration launch-to-launch spread: two launches of one configuration differ by a median "
+            f"{spread.difference:.1%}, each launch's factor taken out ({spread.configs} configuration(s), measured in "
+            f"up to {spread.launches} launches); a runner-up less than that behind the pick is marked 'within the "
+            "calibration's launch-to-launch spread'")
 
 
 def _per_step(cals: dict) -> str:
@@ -389,6 +389,9 @@ def _launch_test(w: dict) -> str:
     if w.get("resolved") is None:
         return ""
     lo, hi = w["shortfall_ci95"]
+    med = w["launch_shortfall_median"]
+    verdict = {"best": "resolved: the best is faster", "pick": "resolved the other way: the pick is faster",
+               None: "not resolved, within the launch-to-launch spread"}[w["faster"]]
     return (f" (the best faster in {w['best_faster_in']} of {w['launches_paired']} launches that measured both; "
-            f"per launch median {w['launch_shortfall_median']:.1%} short, 95% CI {lo:.1%} to {hi:.1%}: "
-            + ("resolved" if w["resolved"] else "not resolved, within the launch-to-launch spread") + ")")
+            f"per launch median {abs(med):.1%} {'short' if med >= 0 else 'ahead'}, 95% CI of the shortfall "
+            f"{lo:.1%} to {hi:.1%}: {verdict})")

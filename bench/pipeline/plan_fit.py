@@ -31,6 +31,7 @@ it was calibrated on and the one it is for).
 """
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
@@ -141,28 +142,40 @@ def fit_measured(obs: list[Observation], order_of, link: Link | None = None, bou
 
 @dataclass(frozen=True)
 class Spread:
-    """How far a calibration configuration's step moved between the launches that measured it."""
+    """How far two launches of one calibration configuration differ, each launch's factor taken out."""
 
-    mad: float  # median over (configuration, launch) of |step / the configuration's median over launches - 1|
+    difference: float  # median relative difference between two launches of one configuration
     configs: int  # configurations measured in two or more launches
     launches: int  # the most launches one configuration was measured in
 
 
 def launch_spread(obs: list[Observation]) -> Spread | None:
-    """The calibration's launch-to-launch spread: for every configuration (layout, schedule, chunks,
-    micro-batch, checkpoint mode) measured in two or more launches (runs), each launch's step
-    against the configuration's median over them; the median of those relative deviations (a
-    median absolute deviation: for two launches, half their relative difference). None when every
-    configuration was measured in one launch."""
+    """The calibration's launch-to-launch spread, as it bears on the order of two configurations.
+    For every configuration (layout, schedule, chunks, micro-batch, checkpoint mode) measured in two
+    or more launches (runs): each launch's step over the launch's factor, and for every pair of its
+    launches the relative difference of those; `difference` is the median over every such pair.
+    A launch's factor is the geometric mean, over the configurations it measured that other
+    launches measured too, of step / that configuration's median over launches: a launch fast or
+    slow as a whole moves every configuration in it alike and reorders none. A launch of one such
+    configuration keeps factor 1 (its factor cannot be told from that configuration's spread). Two
+    launches of one configuration, once factored, differ as much as two configurations measured in
+    one launch may be swapped by chance. None when every configuration was measured in one launch."""
     steps: dict = {}
     for o in obs:
-        key = (o.stages, o.dp, o.tp, o.fsdp, o.schedule, o.chunks, o.micro_batch, o.checkpoint)
-        steps.setdefault(key, {}).setdefault(o.run_id, []).append(o.step_s)
-    many = [[float(np.median(v)) for v in runs.values()] for runs in steps.values() if len(runs) > 1]
+        if np.isfinite(o.step_s) and o.step_s > 0:
+            key = (o.stages, o.dp, o.tp, o.fsdp, o.schedule, o.chunks, o.micro_batch, o.checkpoint)
+            steps.setdefault(key, {}).setdefault(o.run_id, []).append(o.step_s)
+    many = [{run: float(np.log(np.median(v))) for run, v in runs.items()} for runs in steps.values() if len(runs) > 1]
     if not many:
         return None
-    devs = [abs(t / np.median(ts) - 1) for ts in many for t in ts]
-    return Spread(mad=float(np.median(devs)), configs=len(many), launches=max(map(len, many)))
+    logs: dict = {}  # launch -> log(step / the configuration's median over launches), per configuration
+    for runs in many:
+        mid = float(np.median(list(runs.values())))
+        for run, x in runs.items():
+            logs.setdefault(run, []).append(x - mid)
+    factor = {run: float(np.mean(v)) if len(v) > 1 else 0.0 for run, v in logs.items()}
+    pairs = [abs(runs[i] - factor[i] - runs[j] + factor[j]) for runs in many for i, j in combinations(sorted(runs), 2)]
+    return Spread(difference=float(np.expm1(np.median(pairs))), configs=len(many), launches=max(map(len, many)))
 
 
 def pl_label(o: Observation) -> str:

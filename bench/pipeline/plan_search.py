@@ -136,12 +136,13 @@ def why(best: pl.Prediction, preds: list[pl.Prediction], spread: Spread | None =
     """The trade-off behind the pick: the best other micro-batch count of the same schedule, depth
     and checkpoint mode (bubble against per-micro-batch cost), the other checkpoint modes of the
     same configuration (throughput against memory), the best other schedule and the best of each
-    other layout. A runner-up predicted less than twice the calibration's launch-to-launch spread
-    (plan_fit.launch_spread) behind the pick is marked: the launches may order the two either way."""
+    other layout. A runner-up predicted less far behind the pick than two launches of one
+    calibration configuration differ (plan_fit.launch_spread) is marked: launches may order the two
+    either way."""
 
     def near(slower: float) -> str:
         return (" (within the calibration's launch-to-launch spread)"
-                if spread is not None and slower - 1 < 2 * spread.mad else "")
+                if spread is not None and slower - 1 < spread.difference else "")
 
     c = best.candidate
     same = [p for p in preds if p is not best and (p.candidate.layout, p.candidate.schedule,

@@ -182,13 +182,18 @@ def sweeps(rows: list[dict]) -> list[dict]:
     is (0 when the model picked the best), and Kendall's tau between predicted and measured
     throughput over the sweep. Throughput is batch / step for both. Where two or more layouts
     were measured at one world (pp4, pp2 x dp2, pp2 x tp2 on 4 devices), the world is a sweep of
-    its own over every run given: the layout question itself."""
+    its own over every run given: the layout question itself. Over launches (over_launches' rows) a
+    layout is one sweep, whatever the launch count of each of its configurations."""
     if not rows:
         return []
     df = _layouts(pd.DataFrame(rows))
     df = df.assign(world=df["stages"] * df["dp"] * df["fsdp"] * df["tp"],
                    layout=[pl.layout_label(s, d, t, f) for s, d, t, f in zip(df["stages"], df["dp"], df["tp"],
                                                                               df["fsdp"])])
+    if "launches" in df:  # one sweep per layout over launches, named by its launch counts
+        counts = df.groupby("layout")["launches"].agg(["min", "max"])
+        df["run_id"] = [f"median of {lo} launches" if lo == hi else f"median of {lo}-{hi} launches"
+                        for lo, hi in (counts.loc[lay] for lay in df["layout"])]
     groups = [((run, layout), g) for (run, layout), g in df.groupby(["run_id", "layout"], sort=True)]
     groups += [((f"world {w} (every run)", f"{g['layout'].nunique()} layouts"), g)
                for w, g in df.groupby("world", sort=True) if g["layout"].nunique() > 1]
@@ -209,21 +214,24 @@ def sweeps(rows: list[dict]) -> list[dict]:
 def launch_test(picked, best, picked_batch: float, best_batch: float) -> dict:
     """Does the shortfall hold launch by launch? Over the launches that measured both the pick and
     the best (paired: a launch fast or slow as a whole moves both), the per-launch shortfall
-    1 - (pick's throughput / best's), how many launches had the best faster, and a 95% confidence
-    interval of the shortfall from the mean of log(best's throughput / pick's) over them (Student's
-    t, n - 1 degrees of freedom; the quantile from scipy.stats.t). `resolved`: the interval lies
-    above 0, so the launches tell the best from the pick; None without two paired launches or when
-    the model picked the best."""
+    1 - (pick's throughput / best's; negative where the pick was faster), how many launches had the
+    best faster, and a 95% confidence interval of the shortfall from the mean of log(best's
+    throughput / pick's) over them (Student's t, n - 1 degrees of freedom; the quantile from
+    scipy.stats.t). `faster`: "best" when the interval lies above 0, "pick" when below (the medians
+    over launches and the launches paired can disagree), else None; `resolved`: either. All None
+    (and the count 0 or the launches of a pick that is the best) without two paired launches with
+    finite steps, or when the model picked the best."""
     mine, theirs = picked.get("measured_by_launch"), best.get("measured_by_launch")
     both = sorted(set(mine) & set(theirs)) if isinstance(mine, dict) and isinstance(theirs, dict) else []
-    if picked["candidate"] == best["candidate"] or len(both) < 2:
+    logs = np.log([(best_batch / theirs[k]) / (picked_batch / mine[k]) for k in both]) if both else np.array([])
+    if picked["candidate"] == best["candidate"] or len(both) < 2 or not np.isfinite(logs).all():
         return {"launches_paired": len(both), "best_faster_in": None, "launch_shortfall_median": None,
-                "shortfall_ci95": None, "resolved": None}
-    logs = np.log([(best_batch / theirs[k]) / (picked_batch / mine[k]) for k in both])
+                "shortfall_ci95": None, "faster": None, "resolved": None}
     from scipy.stats import t  # lazy: scipy only when a validation is scored
 
     half = float(t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs)))
     lo, hi = (1 - float(np.exp(-(logs.mean() + d))) for d in (-half, half))
+    faster = "best" if lo > 0 else "pick" if hi < 0 else None
     return {"launches_paired": len(both), "best_faster_in": int((logs > 0).sum()),
             "launch_shortfall_median": float(np.median(1 - np.exp(-logs))), "shortfall_ci95": [lo, hi],
-            "resolved": bool(lo > 0)}
+            "faster": faster, "resolved": faster is not None}
