@@ -60,7 +60,7 @@ def _gathers(info, schedule: str, chunks: int) -> list:
         for kind, meth in (("F", "forward_one_chunk"), ("B", "backward_one_chunk")):
             orig = getattr(st, meth)
 
-            def timed(mb, *a, _orig=orig, _label=(st.stage_index, kind), **k):
+            def marked(mb, *a, _orig=orig, _label=(st.stage_index, kind), **k):
                 now[0] = (*_label, mb)
                 log.append(("start", now[0]))
                 try:
@@ -68,20 +68,18 @@ def _gathers(info, schedule: str, chunks: int) -> list:
                 finally:
                     now[0] = "-"
 
-            setattr(st, meth, timed)
+            setattr(st, meth, marked)
     x, y = torch.randn(2 * chunks, 8), torch.randn(2 * chunks, 8)
-    for step in range(2):
+    for _ in range(2):  # the second step: the first also infers the stages' metadata
         log.clear()
         run.step(x, target=y, losses=[])
     out = []
     for e in log:
         if isinstance(e, tuple) and e[0] == "start":
             out.append([list(e[1]), 0])
-        elif e == "-" and (not out or out[-1][0] != "-"):
+        elif e == "-" and (not out or out[-1][0] != "-"):  # a gather outside any action, after an action
             out.append(["-", 1])
-        elif e == "-":
-            out[-1][1] += 1
-        else:
+        else:  # inside the current action, or another outside one
             out[-1][1] += 1
     return out
 

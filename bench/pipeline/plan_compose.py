@@ -75,8 +75,8 @@ def fsdp_gathers(order: dict) -> set:
     in torch.distributed.pipelining: a stage starts the step sharded; a forward gathers if sharded
     and reshards after (reshard_after_forward); a backward (B or I) gathers if sharded and keeps
     them (the stage calls set_reshard_after_backward(False) before every backward micro-batch but
-    the last; the gradients are reduced once, after the last). In GPipe: every F and the first B; in 1F1B's
-    steady state each B (after an F) and no F (after a B). The multi-stage schedules
+    the last; the gradients are reduced once, after the last). In GPipe: every F and the first B;
+    in 1F1B's steady state each B (after an F) and no F (after a B). The multi-stage schedules
     (_PipelineScheduleRuntime) unshard each stage before its first action, outside it: counted
     here as that first action's gather (the same gathers at the same place on the rank's timeline).
     tests/test_fsdp_gathers_torch.py counts what torch gathers, action by action."""
