@@ -1,0 +1,115 @@
+"""The same-machine A/B gate confirms what its first pairs flag before it fails.
+
+CI refused a submission that changed no collective code: `make gate-ab` against the last landed
+main exited 1 on unchanged collectives. Replayed on 30 launches of unchanged code on the 2-core
+host (docs/measurements/2026-12-07-gate-ab-confirm.md), one set of P = 5 pairs flags about 1 in
+100 times (the launch factor, a group or a case), and with nothing to confirm, the flag failed
+CI. These tests feed the A/B runner launches of unchanged code whose first pairs are unlucky (a
+one-off all_reduce deviation in the candidate's launches) and launches with a real, lasting
+slowdown; the gate passes the first and fails the second.
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from bench.regress import ab
+from bench.regress.gate import PASS, REGRESSION, gate_ab
+from test_compare_gate import make_run, noisy
+from test_gate_groups import _launches, _repo
+
+
+def _fake(tmp: Path, rng, slow_until: int | None, factor: float = 1.3):
+    """A `run` for gate_against: every launch unchanged code with 3% noise, except the candidate's
+    launches among the first `slow_until` launches (warm-up included), whose all_reduce cases are x
+    factor (None: every candidate launch, a lasting slowdown)."""
+    calls = []
+
+    def run(kind, suite, out, cwd=None, env=None, ok_codes=(0,)):
+        base = cwd is not None
+        calls.append("base" if base else "candidate")
+        t = noisy(rng, 0.03)
+        if not base and (slow_until is None or len(calls) <= slow_until):
+            t = {k: v * (factor if k[0] == "all_reduce" else 1.0) for k, v in t.items()}
+        return make_run(tmp / "runs", f"{calls[-1][0]}{len(calls)}", t)
+
+    return run, calls
+
+
+def test_unlucky_first_pairs_on_unchanged_code_are_not_a_regression(tmp_path, monkeypatch):
+    """The defect: the first pairs alone flag all_reduce, and nothing confirmed it."""
+    monkeypatch.chdir(_repo(tmp_path))
+    run, calls = _fake(tmp_path, np.random.default_rng(1), slow_until=1 + 2 * 5)
+    v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=5, out=tmp_path / "out", run=run, log=lambda m: None)
+    assert v.exit_code == PASS, v.reason
+    assert len(calls) == 1 + 2 * 5 + 2 * 5  # a warm-up launch, the 5 pairs, 5 fresh pairs to confirm
+    assert "not confirmed" in v.reason and "all_reduce" in v.reason
+    g = v.groups.set_index("group")
+    assert g.loc["all_reduce", "verdict"] == "ok" and g.loc["all_reduce", "first_verdict"] == "regression"
+    assert "ok (pairs 1-5: regression)" in v.to_text()
+    assert v.confirmation["pairs"] == "6-10"
+
+
+def test_a_lasting_slowdown_is_confirmed_and_fails(tmp_path, monkeypatch):
+    monkeypatch.chdir(_repo(tmp_path))
+    run, calls = _fake(tmp_path, np.random.default_rng(2), slow_until=None, factor=1.5)
+    v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=3, out=tmp_path / "out", run=run, log=lambda m: None)
+    assert v.exit_code == REGRESSION, v.reason
+    assert "all_reduce" in v.reason and "confirmed by 3 fresh pairs" in v.reason
+    assert len(calls) == 1 + 2 * 3 + 2 * 3
+    # the fresh pairs continue the alternation: over all six pairs each revision goes first three times
+    pairs = [tuple(calls[i:i + 2]) for i in range(1, len(calls), 2)]
+    assert pairs.count(("base", "candidate")) == pairs.count(("candidate", "base")) == 3
+    assert v.to_text().rstrip().splitlines()[-1] == v.headline()  # the verdict is the last line a CI log shows
+
+
+def test_a_clean_first_look_runs_no_fresh_pairs(tmp_path, monkeypatch):
+    monkeypatch.chdir(_repo(tmp_path))
+    run, calls = _fake(tmp_path, np.random.default_rng(3), slow_until=0)
+    v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=3, out=tmp_path / "out", run=run, log=lambda m: None)
+    assert v.exit_code == PASS and not v.confirmation
+    assert calls[0] == "base" and len(calls) == 1 + 2 * 3  # the warm-up is the base revision's, not judged
+    assert "warm-up" in v.to_text()
+
+
+def test_confirm_ab_rule_each_level():
+    """A launch factor, a group or a case stands only when the first pairs and the fresh pairs
+    alone both flag it; the table shows all pairs together."""
+    from bench.regress.gate import confirm_ab
+
+    a1 = _launches("collectives", 5, "a", 21, launch_sd=0.02)
+    a2 = _launches("collectives", 5, "c", 22, launch_sd=0.02)
+    slow = lambda c: 1.5 if c["collective"] == "all_reduce" else 1.0  # noqa: E731
+    b1 = _launches("collectives", 5, "b", 23, launch_sd=0.02, slow=slow)
+    lasting = _launches("collectives", 5, "d", 24, launch_sd=0.02, slow=slow)
+    gone = _launches("collectives", 5, "e", 25, launch_sd=0.02)
+    first = gate_ab(a1, b1, "collectives")
+    assert first.exit_code == REGRESSION
+    both = lambda fresh: confirm_ab(first, gate_ab(a2, fresh, "collectives"),  # noqa: E731
+                                    gate_ab(pd.concat([a1, a2]), pd.concat([b1, fresh]), "collectives"), pairs=(5, 5))
+    v = both(lasting)
+    assert v.exit_code == REGRESSION and v.groups.set_index("group").loc["all_reduce", "verdict"] == "regression"
+    v = both(gone)
+    assert v.exit_code == PASS
+    assert not (v.cases["verdict"] == "regression").any() and not (v.groups["verdict"] == "regression").any()
+    assert (v.groups.set_index("group").loc["all_reduce", "first_verdict"]) == "regression"
+    assert v.repeats == 10  # the table is over all ten launches of each revision
+
+
+def test_confirm_ab_needs_the_same_item_flagged_twice():
+    """Two different one-off flags (the first pairs one case, the fresh pairs another) are not a
+    confirmation of either."""
+    from bench.regress.gate import confirm_ab
+
+    a = _launches("collectives", 5, "a", 31, launch_sd=0.02, resid_sd=0.01)
+    a2 = _launches("collectives", 5, "c", 32, launch_sd=0.02, resid_sd=0.01)
+    keys = [("all_reduce", 16 << 20), ("broadcast", 64 << 20)]
+    hit = lambda k: (lambda c: 2.0 if (c["collective"], c["size_bytes"]) == k else 1.0)  # noqa: E731
+    b1 = _launches("collectives", 5, "b", 33, launch_sd=0.02, resid_sd=0.01, slow=hit(keys[0]))
+    b2 = _launches("collectives", 5, "d", 34, launch_sd=0.02, resid_sd=0.01, slow=hit(keys[1]))
+    first, fresh = gate_ab(a, b1, "collectives"), gate_ab(a2, b2, "collectives")
+    assert first.exit_code == fresh.exit_code == REGRESSION
+    v = confirm_ab(first, fresh, gate_ab(pd.concat([a, a2]), pd.concat([b1, b2]), "collectives"), pairs=(5, 5))
+    assert v.exit_code == PASS, v.reason
+    assert math.isfinite(v.kinds.iloc[0]["worse"])
