@@ -25,7 +25,7 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.regress import baseline as bl
 from bench.regress.compare import Rules
-from bench.regress.gate import NOT_COMPARABLE, Verdict, gate_ab
+from bench.regress.gate import NOT_COMPARABLE, Verdict, confirm_ab, gate_ab
 from bench.regress.launch import interleaved
 from bench.results.store import load_run
 from bench.timing.progress import Progress
@@ -75,23 +75,40 @@ def arm_env(tree: Path | None) -> dict:
     return env
 
 
-def run_pairs(kind: str, suite, tree: Path, pairs: int, out: Path, log=print,
-              run: Callable = bl.run_suite) -> tuple[list[Path], list[Path]]:
-    """P pairs of fresh launches, base then candidate, interleaved; (base runs, candidate runs)."""
+def _suites(suite, tree: Path) -> tuple[Path, Path]:
+    """(the candidate's suite, the base's: REV's own copy when it has one)."""
     suite = Path(suite).resolve()
     rel = suite.relative_to(Path.cwd().resolve()) if suite.is_relative_to(Path.cwd().resolve()) else None
-    base_suite = tree / rel if rel is not None and (tree / rel).exists() else suite  # REV's own copy when it has one
+    return suite, tree / rel if rel is not None and (tree / rel).exists() else suite
+
+
+def run_pairs(kind: str, suite, tree: Path, pairs: int, out: Path, log=print,
+              run: Callable = bl.run_suite, start: int = 0) -> tuple[list[Path], list[Path]]:
+    """P pairs of fresh launches, base then candidate, interleaved; (base runs, candidate runs).
+    start: pairs already run (the confirmation's fresh pairs continue the alternation, so over all
+    pairs each revision goes first equally often when their number is even)."""
+    suite, base_suite = _suites(suite, tree)
     a, b = [], []
-    order = interleaved(pairs, "base", "candidate")
+    order = interleaved(start + pairs, "base", "candidate")[2 * start:]
     progress = Progress(len(order), plain=True)
     for i, arm in enumerate(order):
-        log(f"# gate A/B pair {i // 2 + 1}/{pairs}: {arm}")
+        n = start + i // 2 + 1
+        log(f"# gate A/B pair {n}/{start + pairs}: {arm}")
         if arm == "base":
             a.append(run(kind, base_suite, out / "base", cwd=tree, env=arm_env(tree), ok_codes=(0, 1)))
         else:
             b.append(run(kind, suite, out / "candidate", env=arm_env(None), ok_codes=(0, 1)))
-        progress.tick(f"gate A/B pair {i // 2 + 1}/{pairs} {arm} launch")
+        progress.tick(f"gate A/B pair {n}/{start + pairs} {arm} launch")
     return a, b
+
+
+def warm_up(kind: str, suite, tree: Path, out: Path, log=print, run: Callable = bl.run_suite) -> Path:
+    """One launch of the base revision before the pairs, not judged. Measured here: the first
+    launch after a pause is slower than the next (its launch factor +4% over five pauses, +20% once
+    before a gate), and the interleaving always puts the base first."""
+    _, base_suite = _suites(suite, tree)
+    log("# gate A/B warm-up: one launch of the base revision, not judged")
+    return run(kind, base_suite, out / "warm-up", cwd=tree, env=arm_env(tree), ok_codes=(0, 1))
 
 
 def gate_against(rev: str, suite, *, pairs: int = DEFAULT_PAIRS, out="results", rules: Rules | None = None,
@@ -102,16 +119,29 @@ def gate_against(rev: str, suite, *, pairs: int = DEFAULT_PAIRS, out="results", 
                          f"of freedom, too few to trust); default {DEFAULT_PAIRS}")
     kind = bl.suite_kind(suite)
     out = Path(out).resolve() / "gate-ab"
+    side = Path(suite).with_name(Path(suite).stem + ".gate.toml")
+    rules = rules or (Rules.load(side) if side.exists() else Rules())
     try:
         with worktree(rev) as (tree, sha):
+            facts = {"against": f"{rev} ({sha[:12]})", "pairs": pairs, "warm-up": "1 launch of the base revision, not judged",
+                     "base runs": str(out / "base"), "candidate runs": str(out / "candidate")}
+            judge = lambda a, b: _judge(a, b, kind, rules, warn_only, facts)  # noqa: E731
+            warm_up(kind, suite, tree, out, log=log, run=run)
             a, b = run_pairs(kind, suite, tree, pairs, out, log=log, run=run)
+            first = judge(a, b)
+            if first.status != "regression":
+                return first
+            log(f"# gate A/B: pairs 1-{pairs} flag {first.reason}; {pairs} fresh pairs to confirm")
+            a2, b2 = run_pairs(kind, suite, tree, pairs, out, log=log, run=run, start=pairs)
     except CannotCheckOut as e:
         return Verdict(exit_code=NOT_COMPARABLE, status="not-comparable",
                        reason=f"cannot check out '{rev}' for the A/B gate: {e}")
+    return confirm_ab(first, judge(a2, b2), judge(a + a2, b + b2), pairs=(pairs, pairs))
+
+
+def _judge(a: list[Path], b: list[Path], kind: str, rules: Rules, warn_only: bool, facts: dict) -> Verdict:
+    """gate_ab on the base's runs `a` and the candidate's runs `b`."""
     ra, rb = [load_run(d) for d in a], [load_run(d) for d in b]
     rows = lambda runs: pd.concat([r["results"] for r in runs], ignore_index=True)  # noqa: E731
-    side = Path(suite).with_name(Path(suite).stem + ".gate.toml")
-    rules = rules or (Rules.load(side) if side.exists() else Rules())
     return gate_ab(rows(ra), rows(rb), kind, rules=rules, warn_only=warn_only, base_meta=ra[0].meta,
-                   cand_meta=rb[0].meta, facts={"against": f"{rev} ({sha[:12]})", "pairs": pairs,
-                                                "base runs": str(out / "base"), "candidate runs": str(out / "candidate")})
+                   cand_meta=rb[0].meta, facts={**facts, "pairs": len(a)})

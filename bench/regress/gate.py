@@ -27,6 +27,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import pandas as pd
@@ -101,7 +102,8 @@ class Verdict:
                  ("fingerprint", self.fingerprint), ("repeats in baseline", self.repeats), ("rules", self.rules)]
         facts += list(self.facts.items())
         if self.confirmation:
-            facts.append(("confirmation", self.confirmation.get("run_dir") or self.confirmation.get("error", "")))
+            c = self.confirmation
+            facts.append(("confirmation", c.get("run_dir") or c.get("said") or c.get("error", "")))
         for k, v in facts:
             if v not in ("", None):
                 lines.append(f"- {k}: `{v}`" if md else f"  {k}: {v}")
@@ -114,6 +116,8 @@ class Verdict:
         if len(self.cases):
             lines += [render_cases(self.cases, fmt), ""]
         lines += [f"- {n}" if md else f"  note: {n}" for n in self.notes]
+        if not md:  # the verdict again, last: a terminal or a CI log shows the tail of a long table
+            lines += ["", self.headline()]
         return "\n".join(lines).rstrip() + "\n"
 
 
@@ -134,7 +138,8 @@ def rules_for(baseline: "bl.Baseline", rules_path=None) -> Rules:
 
 
 def gated_regressions(cmp: Comparison) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(case rows, kind-or-group rows) that regressed; a group row has a `group` name."""
+    """(case rows, kind-or-group rows) that regressed; a group row has a `group` name. cmp: a
+    Comparison, a Verdict, anything with the cases, kinds and groups frames."""
     c = cmp.cases
     cases = c[c["gated"] & (c["verdict"] == "regression")] if len(c) else c
     parts = [f[f["verdict"] == "regression"] for f in (cmp.kinds, cmp.groups) if len(f)]
@@ -301,6 +306,56 @@ def gate_ab(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, kind: str, *, rule
     return _verdict(**said, cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, notes=notes, **info)
 
 
+def confirm_ab(first: Verdict, fresh: Verdict, together: Verdict, pairs: tuple[int, int]) -> Verdict:
+    """The A/B's confirmation (bench.regress.ab): the first P pairs flagged a regression, so P fresh
+    pairs were launched and judged alone. The launch factor, a group or a case is a regression only
+    when the first pairs and the fresh pairs both flag it (the fresh pairs confirm; they do not
+    discover), so unchanged code fails only when two independent looks both go wrong. The table
+    is all pairs together (the better estimate), each row keeping what the first pairs said.
+    Wrong results in any launch fail outright."""
+    if "wrong" in (fresh.status, together.status):
+        return together
+    p1, p2 = pairs
+    label, fresh_label = f"pairs 1-{p1}", f"pairs {p1 + 1}-{p1 + p2}"
+    keys = [k for k in _key_names(together.kind) if k in together.cases.columns] + ["metric"]
+    cases = _confirmed_rows(together.cases, first.cases, fresh.cases, keys, label)
+    kinds = _confirmed_rows(together.kinds, first.kinds, fresh.kinds, ["metric"], label)
+    groups = _confirmed_rows(together.groups, first.groups, fresh.groups, ["metric", "group"], label)
+    cases_r, kinds_r = gated_regressions(SimpleNamespace(cases=cases, kinds=kinds, groups=groups))
+    if len(cases_r) or len(kinds_r):
+        verdict = dict(exit_code=REGRESSION, status="regression",
+                       reason=f"{_flag_summary(cases_r, kinds_r)} (confirmed by {p2} fresh pairs; A/B over "
+                              f"{p1 + p2} launch pairs)")
+    else:
+        verdict = dict(exit_code=PASS, status="pass",
+                       reason=f"{label} flagged {_flag_summary(*gated_regressions(first))}; not confirmed by "
+                              f"{p2} fresh pairs ({fresh_label}): no regression over {p1 + p2} launch pairs")
+    fields = {k: getattr(together, k) for k in ("kind", "baseline_dir", "run_dir", "rules", "repeats", "facts", "warn_only")}
+    return _verdict(**verdict, cases=cases, kinds=kinds, groups=groups, notes=together.notes,
+                    confirmation={"pairs": f"{p1 + 1}-{p1 + p2}", "first": first.reason, "fresh": fresh.reason,
+                                  "said": f"{p2} fresh pairs ({fresh_label}): {fresh.status}"}, **fields)
+
+
+def _confirmed_rows(together: pd.DataFrame, first: pd.DataFrame, fresh: pd.DataFrame, keys: list[str],
+                    label: str) -> pd.DataFrame:
+    """together's rows, a regression only where both looks said regression; what each look said
+    kept as `first_verdict` (shown as "ok (pairs 1-5: regression)") and `fresh_verdict`."""
+    if together.empty:
+        return together
+
+    def said(df: pd.DataFrame, name: str) -> pd.Series:
+        if df.empty or not set(keys) <= set(df.columns):
+            return pd.Series(dtype=object, name=name)
+        return df.set_index(keys)["verdict"].rename(name)
+
+    out = together.join(said(first, "first_verdict"), on=keys).join(said(fresh, "fresh_verdict"), on=keys)
+    stands = (out["first_verdict"] == "regression") & (out["fresh_verdict"] == "regression")
+    out.loc[(out["verdict"] == "regression") & ~stands, "verdict"] = "ok"
+    out.loc[stands, "verdict"] = "regression"
+    out["first_label"] = label
+    return out
+
+
 def _screened(both: pd.DataFrame, first: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The re-run confirms what the first launch's screen flagged; it does not discover. A kind or
     group regression on the mean of two launches stands only when the screen flagged it too (as a
@@ -411,4 +466,4 @@ def default_rerun(current: pd.DataFrame, kind: str) -> Callable[[pd.DataFrame, d
     return rerun
 
 
-__all__ = ["Verdict", "gate", "gate_ab", "settings_differences", "default_rerun", "narrowing_args", "rules_for"]
+__all__ = ["Verdict", "gate", "gate_ab", "confirm_ab", "settings_differences", "default_rerun", "narrowing_args", "rules_for"]
