@@ -22,7 +22,7 @@ from test_gate_groups import _launches, _repo
 
 def _fake(tmp: Path, rng, slow_until: int | None, factor: float = 1.3):
     """A `run` for gate_against: every launch unchanged code with 3% noise, except the candidate's
-    launches among the first `slow_until` launches (warm-up included), whose all_reduce cases are x
+    launches among the first `slow_until` launches, whose all_reduce cases are x
     factor (None: every candidate launch, a lasting slowdown)."""
     calls = []
 
@@ -40,10 +40,10 @@ def _fake(tmp: Path, rng, slow_until: int | None, factor: float = 1.3):
 def test_unlucky_first_pairs_on_unchanged_code_are_not_a_regression(tmp_path, monkeypatch):
     """The defect: the first pairs alone flag all_reduce, and nothing confirmed it."""
     monkeypatch.chdir(_repo(tmp_path))
-    run, calls = _fake(tmp_path, np.random.default_rng(1), slow_until=1 + 2 * 5)
+    run, calls = _fake(tmp_path, np.random.default_rng(1), slow_until=2 * 5)
     v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=5, out=tmp_path / "out", run=run, log=lambda m: None)
     assert v.exit_code == PASS, v.reason
-    assert len(calls) == 1 + 2 * 5 + 2 * 5  # a warm-up launch, the 5 pairs, 5 fresh pairs to confirm
+    assert len(calls) == 2 * 5 + 2 * 5  # the 5 pairs, then 5 fresh pairs to confirm
     assert "not confirmed" in v.reason and "all_reduce" in v.reason
     g = v.groups.set_index("group")
     assert g.loc["all_reduce", "verdict"] == "ok" and g.loc["all_reduce", "first_verdict"] == "regression"
@@ -57,11 +57,21 @@ def test_a_lasting_slowdown_is_confirmed_and_fails(tmp_path, monkeypatch):
     v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=3, out=tmp_path / "out", run=run, log=lambda m: None)
     assert v.exit_code == REGRESSION, v.reason
     assert "all_reduce" in v.reason and "confirmed by 3 fresh pairs" in v.reason
-    assert len(calls) == 1 + 2 * 3 + 2 * 3
+    assert len(calls) == 2 * 3 + 2 * 3
     # the fresh pairs continue the alternation: over all six pairs each revision goes first three times
-    pairs = [tuple(calls[i:i + 2]) for i in range(1, len(calls), 2)]
+    pairs = [tuple(calls[i:i + 2]) for i in range(0, len(calls), 2)]
     assert pairs.count(("base", "candidate")) == pairs.count(("candidate", "base")) == 3
     assert v.to_text().rstrip().splitlines()[-1] == v.headline()  # the verdict is the last line a CI log shows
+
+
+def test_without_confirmation_the_first_pairs_flag_stands(tmp_path, monkeypatch):
+    """--no-confirm: the one look decides, as the gate did before."""
+    monkeypatch.chdir(_repo(tmp_path))
+    run, calls = _fake(tmp_path, np.random.default_rng(1), slow_until=2 * 5)
+    v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=5, out=tmp_path / "out", run=run, log=lambda m: None,
+                        confirm=False)
+    assert v.exit_code == REGRESSION and "all_reduce" in v.reason and not v.confirmation
+    assert len(calls) == 2 * 5
 
 
 def test_a_clean_first_look_runs_no_fresh_pairs(tmp_path, monkeypatch):
@@ -69,8 +79,7 @@ def test_a_clean_first_look_runs_no_fresh_pairs(tmp_path, monkeypatch):
     run, calls = _fake(tmp_path, np.random.default_rng(3), slow_until=0)
     v = ab.gate_against("HEAD", "suites/smoke.toml", pairs=3, out=tmp_path / "out", run=run, log=lambda m: None)
     assert v.exit_code == PASS and not v.confirmation
-    assert calls[0] == "base" and len(calls) == 1 + 2 * 3  # the warm-up is the base revision's, not judged
-    assert "warm-up" in v.to_text()
+    assert len(calls) == 2 * 3
 
 
 def test_confirm_ab_rule_each_level():

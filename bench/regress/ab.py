@@ -102,18 +102,11 @@ def run_pairs(kind: str, suite, tree: Path, pairs: int, out: Path, log=print,
     return a, b
 
 
-def warm_up(kind: str, suite, tree: Path, out: Path, log=print, run: Callable = bl.run_suite) -> Path:
-    """One launch of the base revision before the pairs, not judged. Measured here: the first
-    launch after a pause is slower than the next (its launch factor +4% over five pauses, +20% once
-    before a gate), and the interleaving always puts the base first."""
-    _, base_suite = _suites(suite, tree)
-    log("# gate A/B warm-up: one launch of the base revision, not judged")
-    return run(kind, base_suite, out / "warm-up", cwd=tree, env=arm_env(tree), ok_codes=(0, 1))
-
-
 def gate_against(rev: str, suite, *, pairs: int = DEFAULT_PAIRS, out="results", rules: Rules | None = None,
-                 warn_only: bool = False, log=print, run: Callable = bl.run_suite) -> Verdict:
-    """The A/B verdict of the working tree against REV on this machine."""
+                 warn_only: bool = False, log=print, run: Callable = bl.run_suite, confirm: bool = True) -> Verdict:
+    """The A/B verdict of the working tree against REV on this machine: P interleaved pairs, and when
+    they flag a regression, P fresh pairs that must flag it too (gate.confirm_ab; confirm=False: the
+    first pairs' flag stands)."""
     if pairs < MIN_PAIRS:
         raise BenchError(f"--pairs {pairs}: the A/B gate needs at least {MIN_PAIRS} pairs (2 leave a variance of 2 degrees "
                          f"of freedom, too few to trust); default {DEFAULT_PAIRS}")
@@ -123,13 +116,12 @@ def gate_against(rev: str, suite, *, pairs: int = DEFAULT_PAIRS, out="results", 
     rules = rules or (Rules.load(side) if side.exists() else Rules())
     try:
         with worktree(rev) as (tree, sha):
-            facts = {"against": f"{rev} ({sha[:12]})", "pairs": pairs, "warm-up": "1 launch of the base revision, not judged",
-                     "base runs": str(out / "base"), "candidate runs": str(out / "candidate")}
+            facts = {"against": f"{rev} ({sha[:12]})", "pairs": pairs, "base runs": str(out / "base"),
+                     "candidate runs": str(out / "candidate")}
             judge = lambda a, b: _judge(a, b, kind, rules, warn_only, facts)  # noqa: E731
-            warm_up(kind, suite, tree, out, log=log, run=run)
             a, b = run_pairs(kind, suite, tree, pairs, out, log=log, run=run)
             first = judge(a, b)
-            if first.status != "regression":
+            if first.status != "regression" or not confirm:
                 return first
             log(f"# gate A/B: pairs 1-{pairs} flag {first.reason}; {pairs} fresh pairs to confirm")
             a2, b2 = run_pairs(kind, suite, tree, pairs, out, log=log, run=run, start=pairs)

@@ -62,7 +62,8 @@ def add_parser(sub):
     g.add_argument("--suite", default=None, help="instead of --current: run this suite now, then judge it; with "
                                                  f"--against, the suite both revisions run (default {AB_SUITE})")
     g.add_argument("--warn-only", action="store_true", help="report regressions but exit 0")
-    g.add_argument("--no-confirm", action="store_true", help="no confirmation re-run (flagged regressions stand)")
+    g.add_argument("--no-confirm", action="store_true", help="no confirmation (stored: no re-run of what the first launch flagged; "
+                   "--against: no fresh pairs): flagged regressions stand")
     g.add_argument("--rules", default=None, help="gate rules TOML (default <suite>.gate.toml beside the suite)")
     g.add_argument("--format", default="table", choices=FORMATS,
                    help="output format: table | markdown | json (printed)")
@@ -213,7 +214,7 @@ def _cmd_gate_ab(args, fmt: str) -> int:
     rules = Rules.load(args.rules) if args.rules else None
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     verdict = ab.gate_against(args.against, suite, pairs=pairs, out=args.out, rules=rules,
-                              warn_only=args.warn_only, log=log)
+                              warn_only=args.warn_only, log=log, confirm=not args.no_confirm)
     return _report(verdict, fmt, args)
 
 

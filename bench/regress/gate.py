@@ -21,6 +21,9 @@ Steps (docs/gate.md):
    first launch's screen flagged it (the re-run confirms; it does not discover): exit 1.
    Without a re-run (rerun=None) flagged regressions stand, marked unconfirmed.
 5. Nothing decidable at all (every case unstable/throttled): exit 3, "baseline cannot decide".
+
+The A/B (gate_ab on P pairs, bench.regress.ab) confirms the same way with P fresh pairs judged
+alone: confirm_ab keeps a regression only where both looks flag it.
 """
 
 import json
@@ -276,7 +279,7 @@ def gate_ab(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, kind: str, *, rule
     """Decide the candidate's launches (P run_ids) against the base revision's (P run_ids) taken
     on this machine, A B A B ... Host speed cancels; interleaving spreads slow drift over both
     arms. Bands are pooled two-sample bounds (2P - 2 df); alpha is shared among the cases and
-    among the groups (no confirmation launch: the P pairs are the evidence)."""
+    among the groups. One look: bench.regress.ab confirms a flag with fresh pairs (confirm_ab)."""
     kind = normalize_kind(kind)
     rules = rules or Rules()
     info = {"kind": kind, "rules": rules.source, "warn_only": warn_only, "facts": dict(facts or {}),

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""How often the same-machine A/B gate flags unchanged code, with and without its confirmation,
+replayed on recorded launches (docs/gate.md, "Confirmation").
+
+    .venv/bin/python tools/gate_ab_replay.py --launch 30 --pause-every 6 --pause-s 40   # record, then replay
+    .venv/bin/python tools/gate_ab_replay.py --runs results/gate-ab-replay               # replay what is there
+    .venv/bin/python tools/gate_ab_replay.py --runs DIR --draws 300 --scenarios unchanged
+
+--launch N: N fresh launches of the suite (`python -m bench KIND --suite S`), all of this tree's
+code, in blocks of --pause-every launches after a pause of --pause-s seconds; prints the launch
+factor (each launch's median over cases of time / the case's median over launches) by position in
+its block: does the first launch after a pause run slower (the A/B has no warm-up launch)? Run
+on a quiet machine.
+
+Replay: each draw takes 4P distinct launches at random (exchangeable: unchanged code). The first
+2P are the first look (arms assigned as the gate interleaves them, A B, B A, ...), the next 2P the
+fresh pairs; a scenario's slowdown multiplies the candidate's times (it shows the rule, not an
+injection). Prints per scenario: draws, how many the first look flags (the gate without a
+confirmation), how many stay flagged after bench.regress.gate.confirm_ab. Tests never run it.
+"""
+
+import argparse
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import bench.kinds  # noqa: E402,F401  (fills the kind registry)
+from bench.regress.compare import Rules  # noqa: E402
+from bench.regress.gate import confirm_ab, gate_ab  # noqa: E402
+from bench.regress.launch import interleaved  # noqa: E402
+from bench.results.rundir import RESULTS_LINE  # noqa: E402
+from bench.results.store import load_run  # noqa: E402
+
+SCENARIOS = {
+    "unchanged": lambda r: 1.0,
+    "uniform 1.5x": lambda r: 1.5,
+    "all_reduce 1.5x": lambda r: 1.5 if r["collective"] == "all_reduce" else 1.0,
+    "broadcast 1.5x": lambda r: 1.5 if r["collective"] == "broadcast" else 1.0,
+    "all_reduce@16M 2x": lambda r: 2.0 if r["collective"] == "all_reduce" and r["size_bytes"] == 16 << 20 else 1.0,
+    "all_reduce 1.2x": lambda r: 1.2 if r["collective"] == "all_reduce" else 1.0,
+}
+
+
+def launch(n: int, suite: Path, out: Path, every: int, pause_s: float) -> None:
+    """n launches in blocks; each run directory listed in out/launches.txt as `block position dir`."""
+    out.mkdir(parents=True, exist_ok=True)
+    listing = out / "launches.txt"
+    for i in range(n):
+        block, pos = i // every + 1, i % every + 1
+        if pos == 1 and pause_s > 0:
+            time.sleep(pause_s)
+        p = subprocess.run([sys.executable, "-m", "bench", "collectives", "--suite", str(suite), "--out", str(out)],
+                           cwd=ROOT, capture_output=True, text=True)
+        found = [ln[len(RESULTS_LINE):].strip() for ln in p.stdout.splitlines() if ln.startswith(RESULTS_LINE)]
+        if p.returncode != 0 or not found:
+            sys.exit(f"gate_ab_replay: launch {i + 1} exited {p.returncode} without a run directory")
+        with listing.open("a") as f:
+            f.write(f"{block} {pos} {found[-1]}\n")
+        print(f"  launch {i + 1}/{n} (block {block}, position {pos}): {found[-1]}", flush=True)
+
+
+def recorded(out: Path) -> list[tuple[int, int, pd.DataFrame]]:
+    rows = [ln.split() for ln in (out / "launches.txt").read_text().splitlines() if ln.strip()]
+    return [(int(b), int(p), load_run(ROOT / d if not Path(d).is_absolute() else d)["results"]) for b, p, d in rows]
+
+
+def by_position(runs) -> pd.DataFrame:
+    """Each launch's factor, then their geometric mean by position in the block."""
+    import numpy as np
+
+    t = pd.DataFrame({(b, p): r.set_index(["case_id", "size_bytes", "placement"])["time_median_s"] for b, p, r in runs}).T
+    x = np.log(t / t.median())
+    f = np.exp(x.median(axis=1)).rename("launch factor")
+    return f.groupby(level=1).apply(lambda s: float(np.exp(np.log(s).mean()))).to_frame()
+
+
+def replay(runs: list[pd.DataFrame], rules: Rules, pairs: int, draws: int, scenarios: list[str], seed: int) -> pd.DataFrame:
+    cat = lambda rs: pd.concat(rs, ignore_index=True)  # noqa: E731
+
+    def arms(seq, slow, start):
+        order = interleaved(start + pairs, "A", "B")[2 * start:]
+        a = [r for r, arm in zip(seq, order) if arm == "A"]
+        b = []
+        for r, arm in zip(seq, order):
+            if arm == "B":
+                k = r.apply(slow, axis=1)
+                b.append(r.assign(time_median_s=r["time_median_s"] * k, busbw_gbps=r["busbw_gbps"] / k))
+        return a, b
+
+    out = []
+    for name in scenarios:
+        rng = random.Random(seed)
+        flagged = confirmed = 0
+        for _ in range(draws):
+            pick = rng.sample(runs, 4 * pairs)
+            a1, b1 = arms(pick[:2 * pairs], SCENARIOS[name], 0)
+            first = gate_ab(cat(a1), cat(b1), "collectives", rules=rules)
+            if first.exit_code != 1:
+                continue
+            flagged += 1
+            a2, b2 = arms(pick[2 * pairs:], SCENARIOS[name], pairs)
+            v = confirm_ab(first, gate_ab(cat(a2), cat(b2), "collectives", rules=rules),
+                           gate_ab(cat(a1 + a2), cat(b1 + b2), "collectives", rules=rules), pairs=(pairs, pairs))
+            confirmed += v.exit_code == 1
+        out.append({"scenario": name, "draws": draws, "first look flags": flagged, "after confirmation": confirmed})
+        print(f"  {name}: {flagged}/{draws} flagged by the first look, {confirmed}/{draws} after confirmation", flush=True)
+    return pd.DataFrame(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=Path, default=ROOT / "results/gate-ab-replay", help="where launches are (launches.txt)")
+    ap.add_argument("--launch", type=int, default=0, help="record N fresh launches first")
+    ap.add_argument("--pause-every", type=int, default=6)
+    ap.add_argument("--pause-s", type=float, default=40.0)
+    ap.add_argument("--suite", type=Path, default=ROOT / "suites/smoke.toml")
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--draws", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    args = ap.parse_args(argv)
+    names = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    bad = [s for s in names if s not in SCENARIOS]
+    if bad:
+        ap.error(f"--scenarios {','.join(bad)}: unknown; known: {', '.join(SCENARIOS)}")
+    if args.launch:
+        launch(args.launch, args.suite, args.runs, args.pause_every, args.pause_s)
+    if not (args.runs / "launches.txt").exists():
+        ap.error(f"--runs {args.runs}: no launches.txt (record some with --launch N)")
+    runs = recorded(args.runs)
+    if len(runs) < 4 * args.pairs:
+        ap.error(f"--runs {args.runs}: {len(runs)} launches; a draw needs 4 x --pairs = {4 * args.pairs}")
+    print(f"launch factor by position in its block (a block starts after a pause; {len(runs)} launches):")
+    print(by_position(runs).round(3).to_string())
+    side = args.suite.with_name(args.suite.stem + ".gate.toml")
+    rules = Rules.load(side) if side.exists() else Rules()
+    table = replay([r for _, _, r in runs], rules, args.pairs, args.draws, names, args.seed)
+    print(table.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
