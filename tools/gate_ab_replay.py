@@ -16,7 +16,8 @@ Replay: each draw takes 4P distinct launches at random (exchangeable: unchanged 
 2P are the first look (arms assigned as the gate interleaves them, A B, B A, ...), the next 2P the
 fresh pairs; a scenario's slowdown multiplies the candidate's times (it shows the rule, not an
 injection). Prints per scenario: draws, how many the first look flags (the gate without a
-confirmation), how many stay flagged after bench.regress.gate.confirm_ab. Tests never run it.
+confirmation) and at which levels (a draw can flag several), how many stay flagged after
+bench.regress.gate.confirm_ab. Tests never run it.
 """
 
 import argparse
@@ -33,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import bench.kinds  # noqa: E402,F401  (fills the kind registry)
 from bench.regress.compare import Rules  # noqa: E402
-from bench.regress.gate import confirm_ab, gate_ab  # noqa: E402
+from bench.regress.gate import confirm_ab, gate_ab, gated_regressions  # noqa: E402
 from bench.regress.launch import interleaved  # noqa: E402
 from bench.results.rundir import RESULTS_LINE  # noqa: E402
 from bench.results.store import load_run  # noqa: E402
@@ -98,6 +99,7 @@ def replay(runs: list[pd.DataFrame], rules: Rules, pairs: int, draws: int, scena
     for name in scenarios:
         rng = random.Random(seed)
         flagged = confirmed = 0
+        levels = {"launch factor": 0, "group": 0, "case": 0}
         for _ in range(draws):
             pick = rng.sample(runs, 4 * pairs)
             a1, b1 = arms(pick[:2 * pairs], SCENARIOS[name], 0)
@@ -105,11 +107,18 @@ def replay(runs: list[pd.DataFrame], rules: Rules, pairs: int, draws: int, scena
             if first.exit_code != 1:
                 continue
             flagged += 1
+            cases_r, kinds_r = gated_regressions(first)
+            groups_r = kinds_r["group"].notna().sum() if "group" in kinds_r else 0
+            levels["launch factor"] += len(kinds_r) > groups_r
+            levels["group"] += groups_r > 0
+            levels["case"] += len(cases_r) > 0
             a2, b2 = arms(pick[2 * pairs:], SCENARIOS[name], pairs)
             v = confirm_ab(first, gate_ab(cat(a2), cat(b2), "collectives", rules=rules),
                            gate_ab(cat(a1 + a2), cat(b1 + b2), "collectives", rules=rules), pairs=(pairs, pairs))
             confirmed += v.exit_code == 1
-        out.append({"scenario": name, "draws": draws, "first look flags": flagged, "after confirmation": confirmed})
+        out.append({"scenario": name, "draws": draws, "first look flags": flagged,
+                    "by level (launch factor / group / case)": "/".join(str(int(v)) for v in levels.values()),
+                    "after confirmation": confirmed})
         print(f"  {name}: {flagged}/{draws} flagged by the first look, {confirmed}/{draws} after confirmation", flush=True)
     return pd.DataFrame(out)
 
