@@ -53,8 +53,10 @@ def launch(n: int, suite: Path, out: Path, every: int, pause_s: float) -> None:
     """n launches in blocks; each run directory listed in out/launches.txt as `block position dir`."""
     out.mkdir(parents=True, exist_ok=True)
     listing = out / "launches.txt"
+    before = max((int(ln.split()[0]) for ln in listing.read_text().splitlines() if ln.strip()), default=0) \
+        if listing.exists() else 0  # blocks continue the numbering of launches already recorded here
     for i in range(n):
-        block, pos = i // every + 1, i % every + 1
+        block, pos = before + i // every + 1, i % every + 1
         if pos == 1 and pause_s > 0:
             time.sleep(pause_s)
         p = subprocess.run([sys.executable, "-m", "bench", "collectives", "--suite", str(suite), "--out", str(out)],
@@ -76,10 +78,10 @@ def by_position(runs) -> pd.DataFrame:
     """Each launch's factor, then their geometric mean by position in the block."""
     import numpy as np
 
-    t = pd.DataFrame({(b, p): r.set_index(["case_id", "size_bytes", "placement"])["time_median_s"] for b, p, r in runs}).T
+    t = pd.DataFrame([r.set_index(["case_id", "size_bytes", "placement"])["time_median_s"] for _, _, r in runs])
     x = np.log(t / t.median())
-    f = np.exp(x.median(axis=1)).rename("launch factor")
-    return f.groupby(level=1).apply(lambda s: float(np.exp(np.log(s).mean()))).to_frame()
+    f = pd.Series(np.exp(x.median(axis=1)).values, index=[p for _, p, _ in runs], name="launch factor")
+    return f.groupby(level=0).apply(lambda s: float(np.exp(np.log(s).mean()))).to_frame()
 
 
 def replay(runs: list[pd.DataFrame], rules: Rules, pairs: int, draws: int, scenarios: list[str], seed: int) -> pd.DataFrame:

@@ -28,7 +28,7 @@ alone: confirm_ab keeps a regression only where both looks flag it.
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
@@ -313,13 +313,17 @@ def confirm_ab(first: Verdict, fresh: Verdict, together: Verdict, pairs: tuple[i
     """The A/B's confirmation (bench.regress.ab): the first P pairs flagged a regression, so P fresh
     pairs were launched and judged alone. The launch factor, a group or a case is a regression only
     when the first pairs and the fresh pairs both flag it (the fresh pairs confirm; they do not
-    discover), so unchanged code fails only when two independent looks both go wrong. The table
+    discover), so unchanged code fails only when two looks in a row both go wrong. The table
     is all pairs together (the better estimate), each row keeping what the first pairs said.
     Wrong results in any launch fail outright."""
     if "wrong" in (fresh.status, together.status):
         return together
     p1, p2 = pairs
     label, fresh_label = f"pairs 1-{p1}", f"pairs {p1 + 1}-{p1 + p2}"
+    if fresh.status not in ("pass", "regression"):  # e.g. not comparable: confirms nothing, clears nothing
+        why = f"the fresh pairs ({fresh_label}) could not be judged: {fresh.reason}"
+        return replace(first, reason=f"{first.reason} (unconfirmed: {why})",
+                       confirmation={"pairs": f"{p1 + 1}-{p1 + p2}", "first": first.reason, "error": why})
     keys = [k for k in _key_names(together.kind) if k in together.cases.columns] + ["metric"]
     cases = _confirmed_rows(together.cases, first.cases, fresh.cases, keys, label)
     kinds = _confirmed_rows(together.kinds, first.kinds, fresh.kinds, ["metric"], label)
@@ -355,7 +359,7 @@ def _confirmed_rows(together: pd.DataFrame, first: pd.DataFrame, fresh: pd.DataF
     stands = (out["first_verdict"] == "regression") & (out["fresh_verdict"] == "regression")
     out.loc[(out["verdict"] == "regression") & ~stands, "verdict"] = "ok"
     out.loc[stands, "verdict"] = "regression"
-    out["first_label"] = label
+    out["_first_label"] = label
     return out
 
 

@@ -92,7 +92,7 @@ def render_groups(groups: pd.DataFrame, fmt: str = "table") -> str:
 
 def _said(r) -> str:
     """A verdict, with the first launch's when a confirmation re-run changed it."""
-    first, label = r.get("first_verdict"), r.get("first_label")
+    first, label = r.get("first_verdict"), r.get("_first_label")
     label = label if isinstance(label, str) and label else "first launch"
     return f"{r['verdict']} ({label}: {first})" if isinstance(first, str) and first != r["verdict"] else r["verdict"]
 
