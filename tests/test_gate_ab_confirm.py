@@ -10,6 +10,7 @@ slowdown; the gate passes the first and fails the second.
 """
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -182,3 +183,20 @@ def test_no_confirm_reaches_the_a_b(monkeypatch, tmp_path):
         args = parser.parse_args(argv)
         assert args.func(args) == PASS
         assert seen["confirm"] is want
+
+
+def test_confirm_ab_joins_groups_on_their_full_name_not_the_shown_one():
+    """A group's shown name is shortened only when no two groups would share it, per look: a look
+    with another case set can show `reduce.float32...` where the other shows `reduce`. The
+    confirmation still pairs the group's rows."""
+    from bench.regress.gate import confirm_ab
+
+    slow = lambda c: 1.5 if c["collective"] == "all_reduce" else 1.0  # noqa: E731
+    a1, a2 = _launches("collectives", 5, "a", 71), _launches("collectives", 5, "c", 72)
+    b1, b2 = _launches("collectives", 5, "b", 73, slow=slow), _launches("collectives", 5, "d", 74, slow=slow)
+    first, fresh = gate_ab(a1, b1, "collectives"), gate_ab(a2, b2, "collectives")
+    shown = fresh.groups.assign(group=fresh.groups["_group"])  # the fresh look shows the full names
+    fresh = replace(fresh, groups=shown)
+    v = confirm_ab(first, fresh, gate_ab(pd.concat([a1, a2]), pd.concat([b1, b2]), "collectives"), pairs=(5, 5))
+    assert v.exit_code == REGRESSION
+    assert v.groups.set_index("group").loc["all_reduce", "verdict"] == "regression"

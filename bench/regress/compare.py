@@ -312,7 +312,8 @@ def _decide(kind, cases, repeat_ids, rules: Rules, decide: float, launches: int,
         n_groups = names.nunique()
         for name in dict.fromkeys(names):
             members = names.index[names == name]
-            g = _aggregate({"metric": metric, "group": group_label(kind, name, names.unique()), "cases": len(members)},
+            g = _aggregate({"metric": metric, "group": group_label(kind, name, names.unique()), "_group": name,
+                            "cases": len(members)},
                            rb.loc[members].mean(axis=0), rc.loc[members].mean(axis=0), rules, decide / n_groups,
                            launches, ab, len(members), reach_alpha=rules.alpha / n_groups)
             groups.append(g)

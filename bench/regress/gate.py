@@ -327,7 +327,7 @@ def confirm_ab(first: Verdict, fresh: Verdict, together: Verdict, pairs: tuple[i
     keys = [k for k in _key_names(together.kind) if k in together.cases.columns] + ["metric"]
     cases = _confirmed_rows(together.cases, first.cases, fresh.cases, keys, label)
     kinds = _confirmed_rows(together.kinds, first.kinds, fresh.kinds, ["metric"], label)
-    groups = _confirmed_rows(together.groups, first.groups, fresh.groups, ["metric", "group"], label)
+    groups = _confirmed_rows(together.groups, first.groups, fresh.groups, ["metric", "_group"], label)  # the full name
     cases_r, kinds_r = gated_regressions(SimpleNamespace(cases=cases, kinds=kinds, groups=groups))
     if len(cases_r) or len(kinds_r):
         verdict = dict(exit_code=REGRESSION, status="regression",
