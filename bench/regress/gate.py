@@ -350,12 +350,12 @@ def _confirmed_rows(together: pd.DataFrame, first: pd.DataFrame, fresh: pd.DataF
     if together.empty:
         return together
 
-    def said(df: pd.DataFrame, name: str) -> pd.Series:
+    out = together.copy()
+    for df, name in ((first, "first_verdict"), (fresh, "fresh_verdict")):
         if df.empty or not set(keys) <= set(df.columns):
-            return pd.Series(dtype=object, name=name)
-        return df.set_index(keys)["verdict"].rename(name)
-
-    out = together.join(said(first, "first_verdict"), on=keys).join(said(fresh, "fresh_verdict"), on=keys)
+            out[name] = None  # a look without these rows confirms none of them
+        else:
+            out = out.join(df.set_index(keys)["verdict"].rename(name), on=keys)
     stands = (out["first_verdict"] == "regression") & (out["fresh_verdict"] == "regression")
     out.loc[(out["verdict"] == "regression") & ~stands, "verdict"] = "ok"
     out.loc[stands, "verdict"] = "regression"
