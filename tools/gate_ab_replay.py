@@ -22,11 +22,11 @@ bench.regress.gate.confirm_ab. Tests never run it.
 
 import argparse
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 import bench.kinds  # noqa: E402,F401  (fills the kind registry)
 from bench.regress.compare import Rules  # noqa: E402
 from bench.regress.gate import confirm_ab, gate_ab, gated_regressions  # noqa: E402
-from bench.regress.launch import interleaved  # noqa: E402
-from bench.results.rundir import RESULTS_LINE  # noqa: E402
+from bench.errors import BenchError  # noqa: E402
+from bench.regress.launch import interleaved, run_suite  # noqa: E402
 from bench.results.store import load_run  # noqa: E402
 
 SCENARIOS = {
@@ -59,14 +59,13 @@ def launch(n: int, suite: Path, out: Path, every: int, pause_s: float) -> None:
         block, pos = before + i // every + 1, i % every + 1
         if pos == 1 and pause_s > 0:
             time.sleep(pause_s)
-        p = subprocess.run([sys.executable, "-m", "bench", "collectives", "--suite", str(suite), "--out", str(out)],
-                           cwd=ROOT, capture_output=True, text=True)
-        found = [ln[len(RESULTS_LINE):].strip() for ln in p.stdout.splitlines() if ln.startswith(RESULTS_LINE)]
-        if p.returncode != 0 or not found:
-            sys.exit(f"gate_ab_replay: launch {i + 1} exited {p.returncode} without a run directory")
+        try:
+            run = run_suite("collectives", suite, out, cwd=ROOT)
+        except BenchError as e:
+            sys.exit(f"gate_ab_replay: launch {i + 1}: {e}")
         with listing.open("a") as f:
-            f.write(f"{block} {pos} {found[-1]}\n")
-        print(f"  launch {i + 1}/{n} (block {block}, position {pos}): {found[-1]}", flush=True)
+            f.write(f"{block} {pos} {run}\n")
+        print(f"  launch {i + 1}/{n} (block {block}, position {pos}): {run}", flush=True)
 
 
 def recorded(out: Path) -> list[tuple[int, int, pd.DataFrame]]:
@@ -76,8 +75,6 @@ def recorded(out: Path) -> list[tuple[int, int, pd.DataFrame]]:
 
 def by_position(runs) -> pd.DataFrame:
     """Each launch's factor, then their geometric mean by position in the block."""
-    import numpy as np
-
     t = pd.DataFrame([r.set_index(["case_id", "size_bytes", "placement"])["time_median_s"] for _, _, r in runs])
     x = np.log(t / t.median())
     f = pd.Series(np.exp(x.median(axis=1)).values, index=[p for _, p, _ in runs], name="launch factor")
@@ -88,7 +85,7 @@ def replay(runs: list[pd.DataFrame], rules: Rules, pairs: int, draws: int, scena
     cat = lambda rs: pd.concat(rs, ignore_index=True)  # noqa: E731
 
     def arms(seq, slow, start):
-        order = interleaved(start + pairs, "A", "B")[2 * start:]
+        order = interleaved(pairs, "A", "B", start=start)
         a = [r for r, arm in zip(seq, order) if arm == "A"]
         b = []
         for r, arm in zip(seq, order):

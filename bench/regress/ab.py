@@ -89,7 +89,7 @@ def run_pairs(kind: str, suite, tree: Path, pairs: int, out: Path, log=print,
     pairs each revision goes first equally often when their number is even)."""
     suite, base_suite = _suites(suite, tree)
     a, b = [], []
-    order = interleaved(start + pairs, "base", "candidate")[2 * start:]
+    order = interleaved(pairs, "base", "candidate", start=start)
     progress = Progress(len(order), plain=True)
     for i, arm in enumerate(order):
         n = start + i // 2 + 1

@@ -15,10 +15,11 @@ from bench.errors import BenchError
 from bench.results.rundir import RESULTS_LINE
 
 
-def interleaved(rounds: int, a="A", b="B") -> list:
+def interleaved(rounds: int, a="A", b="B", start: int = 0) -> list:
     """A B, B A, A B, ...: each side goes first in half the rounds, so a position effect (the second
-    launch of a pair running on a warmer or busier machine) and linear drift cancel (docs/gate.md)."""
-    return [arm for i in range(rounds) for arm in ((a, b) if i % 2 == 0 else (b, a))]
+    launch of a pair running on a warmer or busier machine) and linear drift cancel (docs/gate.md).
+    start: rounds already run, which this sequence continues (the A/B's fresh pairs)."""
+    return [arm for i in range(start, start + rounds) for arm in ((a, b) if i % 2 == 0 else (b, a))]
 
 
 def _run(cmd: list[str], *, stream: bool, timeout_s: float | None, cwd, env) -> tuple:
