@@ -167,7 +167,7 @@ def test_init_rank_adopts_mpi_variables(monkeypatch):
 
     fake = dict(OMPI)
     envmod.adopt_launcher_env(fake)
-    assert fake["RANK"] == "11" and fake["LOCAL_RANK"] == "3" and launcher(fake) == "torchrun"
+    assert fake["RANK"] == "11" and fake["LOCAL_RANK"] == "3" and launcher(fake) == "mpi"  # not torchrun: who started it
 
 
 # ---- two torchrun agents as two nodes ------------------------------------------------------------

@@ -78,10 +78,18 @@ def under_slurm(env=os.environ) -> bool:
             and "RANK" not in env and not under_mpi(env))
 
 
+ADOPTED = "DISTBENCH_LAUNCHER"  # set by adopt_launcher_env: who started this rank, once RANK is written
+
+
 def launcher(env=os.environ) -> str | None:
     """'torchrun' | 'mpi' | 'slurm' for a process started by an external launcher, None for
     self-launch (distbench starts its ranks itself with elastic_launch). A rank started by our
-    own elastic_launch reads 'torchrun' (same agent, same variables)."""
+    own elastic_launch reads 'torchrun' (same agent, same variables). Once adopt_launcher_env
+    has written torchrun's variables for an MPI or Slurm rank, the launcher it adopted is still
+    the answer (DISTBENCH_LAUNCHER), not 'torchrun'."""
+    adopted = env.get(ADOPTED)
+    if adopted in ("mpi", "slurm") and "RANK" in env:
+        return adopted
     if under_torchrun(env):
         return "torchrun"
     if under_mpi(env):
@@ -202,7 +210,7 @@ def mpi_to_torch_env(env) -> dict:
 def torch_env(env=os.environ) -> dict | None:
     """torchrun's variables for this process under any external launcher; None for self-launch."""
     kind = launcher(env)
-    if kind == "torchrun":
+    if kind == "torchrun" or env.get(ADOPTED) == kind and "RANK" in env:
         keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
         return {k: env[k] for k in keys if k in env}
     if kind == "mpi":
@@ -380,8 +388,8 @@ def adopt_launcher_env(env=os.environ) -> str | None:
     """Write torchrun's variables into `env` when MPI or Slurm started us (init_process_group's
     env:// reads them); returns the launcher's name (None: self-launch)."""
     kind = launcher(env)
-    if kind in ("mpi", "slurm"):
-        env.update(torch_env(env))
+    if kind in ("mpi", "slurm") and env.get(ADOPTED) != kind:
+        env.update({**torch_env(env), ADOPTED: kind})
     return kind
 
 

@@ -21,7 +21,8 @@ import torch.distributed.elastic.agent.server.api  # noqa: F401  (creates its lo
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from bench.distributed.env import launcher, torch_env
+from bench.distributed.env import torch_env
+from bench.distributed.provenance import launcher_facts, launcher_name
 from bench.distributed.launch import launch, launched_externally
 from bench.harness.session import Job, plain
 from bench.errors import BenchError
@@ -184,7 +185,7 @@ def _resume_state(kind: Kind, cfg, run_id: str) -> tuple[Path, frozenset, dict]:
 def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) -> int:
     """Exit code: 0 ok, 1 wrong results or a failed rank, 130 interrupted."""
     meta = {"command_line": command_line(sys.argv), "started_utc": utc_now(),
-            "cwd": os.getcwd(), "launcher": launcher(os.environ) or "elastic_launch", **git_info(), **plan.meta}
+            "cwd": os.getcwd(), "launcher": launcher_name(), "launcher_facts": launcher_facts(), **git_info(), **plan.meta}
     if launched_externally():  # torchrun / srun / mpirun started the ranks: this process is one of them
         lp = plan.launches[0]
         res = worker_main(Job(kind=kind, config=lp.config, backend=backend, world=lp.world, run_id=None, meta=meta))
