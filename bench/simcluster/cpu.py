@@ -174,12 +174,17 @@ def make_groups(ctrl: Controller, id_: str, quotas: list[Quota]) -> list[Group]:
     return [Group(quota=q, path=ctrl.root / f"{PREFIX}{id_}-{q.target}", version=ctrl.version) for q in quotas]
 
 
-def rank_of(environ: bytes, run_id: str) -> int | None:
-    """The global RANK of a torchrun worker of rendezvous `run_id`, from /proc/PID/environ; else None."""
+def rank_of(environ: bytes, run_id: str, cluster_id: str | None = None) -> int | None:
+    """The global rank of a process, from /proc/PID/environ: RANK of a torchrun worker of
+    rendezvous `run_id`, or SLURM_PROCID of a task of a Slurm job step on simulated cluster
+    `cluster_id` (DISTBENCH_SIMCLUSTER, which the job inherits from its submitter); else None."""
     env = dict(kv.split(b"=", 1) for kv in environ.split(b"\0") if b"=" in kv)
-    if env.get(b"TORCHELASTIC_RUN_ID") != run_id.encode() or b"LOCAL_RANK" not in env:
+    if env.get(b"TORCHELASTIC_RUN_ID") == run_id.encode() and b"LOCAL_RANK" in env:
+        rank = env.get(b"RANK", b"")
+    elif cluster_id and env.get(b"DISTBENCH_SIMCLUSTER") == cluster_id.encode() and b"SLURM_STEP_ID" in env:
+        rank = env.get(b"SLURM_PROCID", b"")
+    else:
         return None
-    rank = env.get(b"RANK", b"")
     return int(rank) if rank.isdigit() else None
 
 
@@ -212,9 +217,10 @@ class QuotaWatcher(threading.Thread):
     soon as they appear (and any later one with the same RANK); a node's quota also sweeps up any
     process of its namespace that is not in its cgroup yet."""
 
-    def __init__(self, groups: list[Group], netns_of, run_id: str, pids_of=netns_pids, environ_of=read_environ):
+    def __init__(self, groups: list[Group], netns_of, run_id: str, pids_of=netns_pids, environ_of=read_environ,
+                 cluster_id: str | None = None):
         super().__init__(daemon=True, name="simcluster-quota")
-        self.groups, self.netns_of, self.run_id = groups, netns_of, run_id
+        self.groups, self.netns_of, self.run_id, self.cluster_id = groups, netns_of, run_id, cluster_id
         self.pids_of, self.environ_of = pids_of, environ_of
         self.started = time.monotonic()
         self.done = threading.Event()
@@ -225,7 +231,7 @@ class QuotaWatcher(threading.Thread):
             for pid in self.pids_of(self.netns_of(g.quota.node)):
                 if pid in g.pids:
                     continue
-                if g.quota.rank is not None and rank_of(self.environ_of(pid), self.run_id) != g.quota.rank:
+                if g.quota.rank is not None and rank_of(self.environ_of(pid), self.run_id, self.cluster_id) != g.quota.rank:
                     continue
                 try:
                     g.join(pid)

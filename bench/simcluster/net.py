@@ -299,23 +299,45 @@ class Network:
         }
 
 
+KEPT = "KEPT"  # a file in an invocation's temporary directory: its cluster stays up after it exits (--keep)
+
+
+def id_of(name: str) -> str | None:
+    """The invocation id in a namespace or temporary directory name (`dbsc-<id>-...`)."""
+    m = re.match(rf"^{PREFIX}([0-9a-f]+x[0-9a-f]+)-", name)
+    return m.group(1) if m else None
+
+
+def kept() -> dict[str, Path]:
+    """id -> temporary directory of every cluster left up on purpose (--keep)."""
+    return {id_of(d.name): d for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}*")
+            if id_of(d.name) and (d / KEPT).exists()}
+
+
+def remove_namespace(ns: str) -> bool:
+    """SIGKILL every process in one of this module's namespaces, then delete it; True when gone."""
+    pids = _ip("ip", "netns", "pids", ns, check=False).stdout.split()
+    for pid in (int(p) for p in pids if p.isdigit()):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    return _ip("ip", "netns", "del", ns, check=False).returncode == 0
+
+
 def remove_stale() -> list[str]:
     """Delete the namespaces of invocations that died without tearing down (kill -9): every
-    `dbsc-` namespace whose owner pid no longer runs, after killing what runs in it."""
+    `dbsc-` namespace whose owner pid no longer runs, after killing what runs in it. A cluster
+    left up on purpose (--keep) is not stale: `distbench simcluster --down ID` removes it."""
     removed = []
+    keep = kept()
     for ns in leftover_namespaces():
-        if _alive_owner(owner_pid(ns)):
+        if _alive_owner(owner_pid(ns)) or id_of(ns) in keep:
             continue
-        pids = _ip("ip", "netns", "pids", ns, check=False).stdout.split()
-        for pid in (int(p) for p in pids if p.isdigit()):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        if _ip("ip", "netns", "del", ns, check=False).returncode == 0:
+        if remove_namespace(ns):
             removed.append(ns)
-    for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):  # their /etc/hosts (bench.simcluster.run)
-        if owner_pid(d.name) is not None and not _alive_owner(owner_pid(d.name)):
+    for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):  # their /etc/hosts, Slurm's files (bench.simcluster.run)
+        if owner_pid(d.name) is not None and not _alive_owner(owner_pid(d.name)) and id_of(d.name) not in keep:
             shutil.rmtree(d, ignore_errors=True)
     return removed
 

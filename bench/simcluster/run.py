@@ -14,6 +14,7 @@ sessions of their own), removes the CPU-quota cgroups (bench.simcluster.cpu) and
 
 import ctypes
 import functools
+import json
 import os
 import re
 import shlex
@@ -30,8 +31,9 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.results.metadata import utc_now
 from bench.results.rundir import RESULTS_LINE, RunDir
-from bench.simcluster import cpu
-from bench.simcluster.net import RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces, owner_pid, remove_stale
+from bench.simcluster import cpu, slurm
+from bench.simcluster.net import (KEPT, RENDEZVOUS_PORT, Network, format_rate, id_of, kept, leftover_namespaces,
+                                  owner_pid, remove_namespace, remove_stale)
 
 KEPT_LINE = re.compile(r"finished cases are kept in (\S+?);")  # a failed or interrupted run
 WORKER_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank")  # torchrun's agent on a failed worker
@@ -74,8 +76,14 @@ class SimCluster:
     """The network and one torchrun per node. `with SimCluster(...) as c: c.start(argv); c.wait()`."""
 
     def __init__(self, rates: list[int], ranks_per_node: int, python: str = sys.executable, out=None, err=None,
-                 pairs: dict | None = None, quotas: list | None = None, controller: cpu.Controller | None = None):
+                 pairs: dict | None = None, quotas: list | None = None, controller: cpu.Controller | None = None,
+                 scheduler: str | None = None, keep: bool = False):
         self.net = Network(rates, pairs=pairs)
+        self.scheduler = scheduler  # None: torchrun in every node; "slurm": a real Slurm runs the command as a job
+        self.keep = keep  # leave the cluster up at the end (with its Slurm)
+        self.slurm: slurm.Slurm | None = None
+        self.job_id: str | None = None
+        self.up = False  # built (and Slurm's nodes idle): what --keep leaves
         self.groups = cpu.make_groups(controller, self.net.id, quotas) if quotas else []
         self.made_groups: list[cpu.Group] = []  # cgroups created so far (close removes exactly these)
         self.watcher: cpu.QuotaWatcher | None = None
@@ -95,9 +103,14 @@ class SimCluster:
         try:
             self.tmp = tempfile.mkdtemp(prefix=f"dbsc-{self.net.id}-")
             self.hosts_file = Path(self.tmp) / "hosts"
+            t0 = time.monotonic()
+            if self.scheduler == "slurm":
+                self.slurm = slurm.Slurm(self.net, self.ranks_per_node, Path(self.tmp), self.hosts_file,
+                                         self.env(None), keep=self.keep)
             # c10d's store listens on IPv6 and sees its peers as v4-mapped addresses: name those too
             self.hosts_file.write_text("127.0.0.1 localhost\n::1 localhost\n" + "".join(
-                f"{n.address} {n.name}\n::ffff:{n.address} {n.name}\n" for n in self.net.nodes))
+                f"{n.address} {n.name}\n::ffff:{n.address} {n.name}\n" for n in self.net.nodes)
+                + (self.slurm.hosts_lines() if self.slurm else ""))
             self.net.build()
             for g in self.groups:
                 try:
@@ -106,6 +119,9 @@ class SimCluster:
                     raise BenchError(f"simcluster: cannot make cgroup {g.path} for --cpu-quota-of {g.describe()}: "
                                      f"{e.strerror}") from None
                 self.made_groups.append(g)
+            if self.slurm:
+                self.slurm.start(t0, cgroups={g.quota.node: g for g in self.groups if g.quota.rank is None})
+            self.up = True
         except BaseException:  # a failed step or a signal halfway: delete what was made
             self.close()
             raise
@@ -134,11 +150,15 @@ class SimCluster:
 
     def env(self, node) -> dict:
         """The host's environment, gloo (and NCCL) bound to the node's interface, and the cluster's
-        id in DISTBENCH_SIMCLUSTER (for a script that wants to know)."""
-        return {**os.environ, "GLOO_SOCKET_IFNAME": node.ifname, "NCCL_SOCKET_IFNAME": node.ifname,
-                "DISTBENCH_SIMCLUSTER": self.net.id, "PYTHONUNBUFFERED": "1"}
+        id in DISTBENCH_SIMCLUSTER (for a script that wants to know). Under Slurm (node None) no
+        interface is named: a job's environment is the submitter's on every node, and gloo finds
+        each node's own address from its hostname (/etc/hosts)."""
+        bind = {"GLOO_SOCKET_IFNAME": node.ifname, "NCCL_SOCKET_IFNAME": node.ifname} if node else {}
+        return {**os.environ, **bind, "DISTBENCH_SIMCLUSTER": self.net.id, "PYTHONUNBUFFERED": "1"}
 
     def start(self, argv: list[str]):
+        if self.slurm:
+            return self.submit(argv)
         if self.groups:
             self.watcher = cpu.QuotaWatcher(self.groups, lambda i: self.net.nodes[i].netns, f"simcluster-{self.net.id}")
         for node in self.net.nodes:
@@ -158,6 +178,31 @@ class SimCluster:
                 self.threads.append(t)
         if self.watcher:
             self.watcher.start()
+
+    def submit(self, argv: list[str]):
+        """The command as one batch job (`sbatch --wait`): its output files followed as they grow."""
+        if self.groups:
+            self.watcher = cpu.QuotaWatcher(self.groups, lambda i: self.net.nodes[i].netns, f"simcluster-{self.net.id}",
+                                            cluster_id=self.net.id)
+            self.watcher.start()
+        p, out, err = self.slurm.submit([self.python, *argv], len(self.net.nodes), os.getcwd())
+        self.procs.append(p)
+        t = threading.Thread(target=self._job_id_of, args=(p.stdout,), daemon=True)
+        t.start()
+        self.threads.append(t)
+        for path, sink in ((out, self.out), (err, self.err)):
+            t = threading.Thread(target=self._pump, args=(slurm.follow(path, lambda: p.poll() is not None), sink, ""),
+                                 daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _job_id_of(self, stream):
+        for line in stream:  # sbatch --parsable: "ID" (or "ID;cluster"); anything else is passed on
+            if self.job_id is None and line.strip().split(";")[0].isdigit():
+                self.job_id = line.strip().split(";")[0]
+                continue
+            with self._lock:
+                self.err.write(line)
 
     def _pump(self, stream, sink, prefix: str):
         for line in stream:
@@ -223,12 +268,19 @@ class SimCluster:
                 pass
 
     def close(self):
-        """Stop every process, delete every namespace (their links and qdiscs go with them)."""
+        """Stop every process, delete every namespace (their links and qdiscs go with them). A kept
+        cluster (--keep, once up) is left as it is, marked so that no later invocation removes it."""
+        if self.keep and self.up:
+            Path(self.tmp, KEPT).write_text(json.dumps({"id": self.net.id, "namespaces": self.net.made,
+                                                        "groups": [str(g.path) for g in self.made_groups]}) + "\n")
+            return
         old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} \
             if threading.current_thread() is threading.main_thread() else {}
         try:
             if self.watcher:
                 self.watcher.stop()
+            if self.slurm:  # the job first (its ranks get SIGTERM and keep what finished), then the daemons
+                self.slurm.stop()
             self.stop_processes()
             problems = [msg for g in reversed(self.made_groups) if (msg := g.remove())]
             self.made_groups = []
@@ -253,7 +305,8 @@ class SimCluster:
                 "delay": "none: netem is not available, only the rate is shaped",
                 "command_line": " ".join(shlex.quote(a) for a in command),
                 "torchrun": " ".join(shlex.quote(a) for a in self.torchrun[0]) if self.torchrun else "",
-                "recorded_utc": utc_now(), **self.net.facts(), "cpu_quotas": [g.facts() for g in self.groups]}
+                "recorded_utc": utc_now(), **self.net.facts(), "cpu_quotas": [g.facts() for g in self.groups],
+                "scheduler": self.slurm.facts(self.job_id) if self.slurm else None}
 
     def quota_lines(self) -> list[str]:
         """What each quota did (from its cpu.stat), and a warning for one that never reached its
@@ -296,8 +349,45 @@ def _signal_group(pid: int, sig):
 
 
 def _owner_alive(name: str) -> bool:
-    pid = owner_pid(name)
-    return pid is None or os.path.exists(f"/proc/{pid}")  # a name not of this module's form is left alone
+    pid = owner_pid(name)  # a name not of this module's form is left alone; a kept cluster's too
+    return pid is None or os.path.exists(f"/proc/{pid}") or id_of(name) in kept()
+
+
+def kept_lines(cluster: SimCluster) -> list[str]:
+    """What a person needs to use a kept cluster, and to remove it."""
+    out = [f"distbench: simcluster {cluster.net.id} is kept up (--keep): nodes "
+           + ", ".join(f"{n.name} ({n.netns}, {n.address})" for n in cluster.net.nodes)]
+    if cluster.slurm:
+        bin_ = cluster.slurm.root / "bin"
+        out += [f"  submit to its Slurm (partition {slurm.PARTITION}) with the wrappers in {bin_}:",
+                f"    export PATH={bin_}:$PATH",
+                "    sinfo; sbatch --wait job.sh; squeue; scancel JOBID",
+                f"  (each runs on the head host: ip netns exec {cluster.net.switch} ..., SLURM_CONF={cluster.slurm.conf})"]
+    out.append(f"  tear it down with: distbench simcluster --down {cluster.net.id}   (or --down all)")
+    return out
+
+
+def down(ids: list[str], err=None) -> int:
+    """Tear down kept clusters: every process in their namespaces, the namespaces, their CPU-quota
+    cgroups and temporary directories. 'all' names every kept cluster. Exit 2 for an unknown id."""
+    err = err or sys.stderr
+    have = kept()
+    want = sorted(have) if ids == ["all"] else ids
+    unknown_ = [i for i in want if i not in have]
+    if unknown_:
+        raise BenchError(f"simcluster --down {','.join(unknown_)}: no kept cluster of that id; kept: "
+                         f"{', '.join(sorted(have)) or 'none'}")
+    for id_ in want:
+        tmp = have[id_]
+        removed = [ns for ns in leftover_namespaces(id_) if remove_namespace(ns)]
+        removed += cpu.remove_stale(lambda name: id_of(name) != id_ and _owner_alive(name))
+        shutil.rmtree(tmp, ignore_errors=True)
+        left = leftover_namespaces(id_)
+        err.write(f"distbench: simcluster {id_}: torn down ({len(removed)} namespace(s) and cgroup(s) removed"
+                  + (f"; left: {', '.join(left)}" if left else "") + ")\n")
+    if not want:
+        err.write("distbench: simcluster: no kept cluster\n")
+    return 0
 
 
 def mark_run(run_dir: str, facts: dict) -> bool:
@@ -310,9 +400,11 @@ def mark_run(run_dir: str, facts: dict) -> bool:
 
 
 def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None, err=None, pairs: dict | None = None,
-             quotas: list | None = None, controller: cpu.Controller | None = None) -> int:
-    """The whole command: build, run, record, tear down (on any exit). Exit code: the nodes'."""
-    argv = inner_argv(command)
+             quotas: list | None = None, controller: cpu.Controller | None = None, scheduler: str | None = None,
+             keep: bool = False) -> int:
+    """The whole command: build, run, record, tear down (on any exit; a kept cluster stays up once
+    built). Exit code: the nodes' (under Slurm: the job's, as `sbatch --wait` gives it)."""
+    argv = inner_argv(command) if command or not keep else []
     err = err or sys.stderr
 
     def stop(signum, frame):
@@ -323,7 +415,8 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
     if stale:
         err.write(f"distbench: simcluster: removed {len(stale)} namespace(s) left by an invocation that was killed: "
                   f"{', '.join(stale)}\n")
-    cluster = SimCluster(rates, ranks_per_node, out=out, err=err, pairs=pairs, quotas=quotas, controller=controller)
+    cluster = SimCluster(rates, ranks_per_node, out=out, err=err, pairs=pairs, quotas=quotas, controller=controller,
+                         scheduler=scheduler, keep=keep)
     try:
         with cluster:
             err.write(f"distbench: simcluster {cluster.net.id}: {len(rates)} node(s) x {ranks_per_node} rank(s), "
@@ -331,15 +424,26 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
                                   + [f"node{a}-node{b}={format_rate(r)}" for (a, b), r in sorted(cluster.net.pairs.items())])
                       + (" (tbf, htb for the pairs" if cluster.net.pairs else " (tbf") + ", no added delay)"
                       + "".join(f"; cpu quota {g.describe()} (cgroup v{g.version})" for g in cluster.groups) + "\n")
+            if cluster.slurm:
+                err.write(f"distbench: simcluster: {cluster.slurm.summary()}\n")
             err.flush()
+            if not argv:  # --keep with no command: the cluster is all there is to do
+                for line in kept_lines(cluster):
+                    err.write(line + "\n")
+                return 0
             cluster.start(argv)
             code = cluster.wait()
+            if cluster.slurm:
+                err.write(f"distbench: simcluster: {cluster.slurm.job_line(cluster.job_id, code)}\n")
             for line in cluster.quota_lines():
                 err.write(f"distbench: simcluster: {line}\n")
             if cluster.run_dir:
                 path = cluster.run_dir if os.path.isabs(cluster.run_dir) else os.path.join(os.getcwd(), cluster.run_dir)
                 if mark_run(path, cluster.facts(command)):
                     err.write(f"distbench: simcluster: {cluster.run_dir}/meta.json records the simulated cluster\n")
+            if keep:
+                for line in kept_lines(cluster):
+                    err.write(line + "\n")
             return code
     except KeyboardInterrupt:
         err.write("distbench: simcluster: interrupted; the simulated cluster is torn down\n")
