@@ -13,6 +13,7 @@ STOP_GRACE_S).
 """
 
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -31,6 +32,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from bench import telemetry
 from bench.distributed.env import init_rank
 from bench.harness.session import Job, finish_meta, open_launch, start_meta
+from bench.results.metadata import utc_now
 from bench.results.rundir import RunDir
 from bench.results.store import RunWriter
 from bench.timing.progress import Progress
@@ -172,12 +174,33 @@ def _quiet_stop(signum, frame):
     at most STOP_GRACE_S: when one rank dies the launcher stops the others within its 0.1 s monitor
     interval, and a case every rank finished would otherwise be lost unwritten."""
     if not _stop["held"]:
-        os._exit(128 + signum)
+        _exit_stopped(signum)
     if _stop["signum"] is None:
         _stop["signum"] = signum
-        timer = threading.Timer(STOP_GRACE_S, os._exit, (128 + signum,))
+        timer = threading.Timer(STOP_GRACE_S, _exit_stopped, (signum,))
         timer.daemon = True
         timer.start()
+
+
+def _exit_stopped(signum: int):
+    """Leave now, with 128 + signum. Under an external launcher (srun's scancel, torchrun's agent)
+    rank 0 first marks its run interrupted and says how to resume it: no launcher of ours does."""
+    hook = _stop.get("on_exit")
+    if hook:
+        try:
+            hook(signum)
+        except Exception:  # noqa: BLE001 - a failed note never keeps a stopped rank alive
+            pass
+    os._exit(128 + signum)
+
+
+def _note_stopped(run_dir: Path, kind_name: str, run_id: str, signum: int):
+    w = RunWriter.at(run_dir)
+    w.finalize()  # the finished cases, merged as after any early end (bench.harness.run._stop)
+    w.update_meta(lambda m: {**m, "state": "interrupted", "ended_utc": utc_now()})
+    sys.stderr.write(f"distbench: stopped by {signal.Signals(signum).name}; finished cases are kept in {run_dir}; "
+                     f"continue with: distbench {kind_name} --resume {run_id} (same options)\n")
+    sys.stderr.flush()
 
 
 @contextmanager
@@ -190,7 +213,7 @@ def _stops_held(held: bool):
     finally:
         _stop["held"] = False
         if _stop["signum"] is not None:
-            os._exit(128 + _stop["signum"])
+            _exit_stopped(_stop["signum"])
 
 
 @record
@@ -240,6 +263,8 @@ def run_launch(job: Job, info, init_s: float) -> dict:
         start_meta(writer, launch, key, {"cases": len(units), "notes": notes})
         live = kind.report.live()
         live.start(launch, [u for _, u in todo])
+    if writer and job.meta.get("launcher", "self") != "self":  # srun / torchrun / mpirun: no launcher of ours reports
+        _stop["on_exit"] = functools.partial(_note_stopped, writer.dir, kind.name, launch.run_id)
     launch.tel = telemetry.start(job, info, writer)
     dog = Watchdog(info.rank, run_dir if job.run_id else None)
     progress = Progress(len(todo)) if info.rank == 0 else None

@@ -188,7 +188,18 @@ def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) ->
             "cwd": os.getcwd(), "launcher": launcher_name(), "launcher_facts": launcher_facts(), **git_info(), **plan.meta}
     if launched_externally():  # torchrun / srun / mpirun started the ranks: this process is one of them
         lp = plan.launches[0]
-        res = worker_main(Job(kind=kind, config=lp.config, backend=backend, world=lp.world, run_id=None, meta=meta))
+        run_id, skip, prefix = None, frozenset(), lp.part_prefix
+        if resume:  # every rank reads the run (results on the shared filesystem) and skips what is done
+            run_dir, skip, _ = _resume_state(kind, cfg, resume)
+            run_id, prefix = resume, lp.part_prefix + f"r{len(skip)}-"
+            meta = {k: v for k, v in meta.items() if k not in ("started_utc", "command_line")}
+            if is_rank_zero():
+                RunDir.at(run_dir).update_meta(lambda m: {**m, "state": "running", "resumed": [
+                    *m.get("resumed", []), {"utc": utc_now(), "command_line": command_line(sys.argv),
+                                            "done_before": len(skip), "launcher": meta["launcher"],
+                                            "launcher_facts": meta["launcher_facts"]}]})
+        res = worker_main(Job(kind=kind, config=lp.config, backend=backend, world=lp.world, run_id=run_id, meta=meta,
+                              launch_key=lp.key, part_prefix=prefix, skip=skip))
         if not is_rank_zero():
             return 1 if res["wrong"] else 0
         return close_run(kind, cfg, res["dir"], res["wrong"])

@@ -145,6 +145,7 @@ class Slurm:
         for name in CLIENTS:  # wrappers for a person's shell (--keep): the command runs on the head host
             w = r / "bin" / name
             w.write_text("#!/bin/sh\n# distbench simcluster: run Slurm's " + name + " on the simulated cluster's head\n"
+                         + f"export SLURM_CONF={shlex.quote(str(self.conf))}\n"
                          + "exec " + " ".join(shlex.quote(a) for a in self.on_head([name])) + ' "$@"\n')
             os.chmod(w, 0o755)
 
