@@ -13,6 +13,7 @@ import sys
 
 import bench.kinds  # noqa: F401  (registers every benchmark kind)
 from bench.collectives.imports import cli as import_cli
+from bench.jobspec import cli as jobspec_cli
 from bench.overhead import cli as telemetry_cli
 from bench.pipeline import plan_cli
 from bench.regress import cli as regress_cli
@@ -29,7 +30,8 @@ from bench.options import Parser, add_common
 from bench.suite import int_list, load_suite, resolve_suite
 
 # Subcommands that are not benchmark kinds: each module has add_parser(subparsers).
-COMMANDS = (telemetry_cli, report_cli, regress_cli, results_cli, history_cli, import_cli, plan_cli, simcluster_cli)
+COMMANDS = (telemetry_cli, report_cli, regress_cli, results_cli, history_cli, import_cli, plan_cli, simcluster_cli,
+            jobspec_cli)
 
 
 def build_parser() -> Parser:

@@ -64,6 +64,7 @@ VOCABULARY = {
     "--tp": "tensor-parallel",
     "--fsdp": "FSDP2 shards",
     "--ranks-per-node": "node",
+    "--nodes": "number of nodes",
     "--checkpoint": "checkpoint",
     "--batch": "mini-batch",
     "--collective": "collective",

@@ -174,7 +174,7 @@ KIND_DIRS = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.
 REGISTRY_MODULE = "bench.kinds"  # the one module that lists the kinds
 GENERIC = ("bench.harness", "bench.results", "bench.regress", "bench.report", "bench.training", "bench.sweep", "bench.distributed", "bench.timing", "bench.telemetry",
            "bench.preflight", "bench.kind", "bench.cli", "bench.options", "bench.suite", "bench.units", "bench.registry",
-           "bench.errors", "bench.workloads", "bench.overhead", "bench.simcluster")
+           "bench.errors", "bench.workloads", "bench.overhead", "bench.simcluster", "bench.jobspec")
 # The layers that must not import a kind's folder (the CLI may: it lists the kinds; bench/overhead is
 # a benchmark of its own, timing one collective).
 KIND_BLIND = ("bench.harness", "bench.results", "bench.regress", "bench.report", "bench.training", "bench.sweep", "bench.distributed", "bench.timing", "bench.telemetry",

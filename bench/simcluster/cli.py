@@ -1,6 +1,6 @@
 """`distbench simcluster --nodes N --ranks-per-node R --link RATE [--link-of nodeI=RATE|nodeA-nodeB=RATE]
-[--cpu-quota-of rankR=PCT|nodeI=PCT] [--scheduler slurm [--keep]] -- COMMAND`, and
-`distbench simcluster --down ID|all` (a kept cluster)."""
+[--cpu-quota-of rankR=PCT|nodeI=PCT] [--scheduler slurm [--keep-up]] -- COMMAND`, and
+`distbench simcluster --down ID|all` (a cluster kept up)."""
 
 import argparse
 
@@ -29,9 +29,9 @@ def add_parser(sub):
     p.add_argument("--scheduler", choices=SCHEDULERS, default="none",
                    help="none: torchrun in every node (default); slurm: a real Slurm (munge, slurmctld, one slurmd per "
                    "node) runs the command as a batch job (sbatch --wait; needs Debian's slurm-wlm and munge)")
-    p.add_argument("--keep", action="store_true", help="with --scheduler slurm: leave the cluster up at the end (the "
+    p.add_argument("--keep-up", dest="keep_up", action="store_true", help="with --scheduler slurm: leave the cluster up at the end (the "
                    "command is then optional) and print how to submit to it and how to tear it down")
-    p.add_argument("--down", metavar="ID|all", help="tear down a cluster left up by --keep (its id, or all)")
+    p.add_argument("--down", metavar="ID|all", help="tear down a cluster left up by --keep-up (its id, or all)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="after `--`: the command, e.g. distbench collectives -c all_reduce --sizes 1M")
     p.set_defaults(func=cmd_simcluster)
@@ -47,8 +47,8 @@ def cmd_simcluster(args) -> int:
     for name, value in (("--nodes", args.nodes), ("--link", args.link)):
         if value is None:
             raise BenchError(f"simcluster: {name} is required (e.g. --nodes 2 --link 1gbit), or --down ID")
-    if args.keep and args.scheduler != "slurm":
-        raise BenchError("simcluster --keep: only with --scheduler slurm (a cluster kept without a scheduler has "
+    if args.keep_up and args.scheduler != "slurm":
+        raise BenchError("simcluster --keep-up: only with --scheduler slurm (a cluster kept without a scheduler has "
                          "nothing to submit to)")
     if not 1 <= args.nodes <= MAX_NODES:
         raise BenchError(f"--nodes {args.nodes}: allowed 1 .. {MAX_NODES}")
@@ -56,7 +56,7 @@ def cmd_simcluster(args) -> int:
         raise BenchError(f"--ranks-per-node {args.ranks_per_node}: must be >= 1")
     links = parse_links(args.nodes, args.link, args.link_of)
     quotas = cpu.parse_quotas(args.cpu_quota_of, args.nodes, args.ranks_per_node)
-    if command or not args.keep:
+    if command or not args.keep_up:
         inner_argv(command)  # bad input is refused before anything else
     check_can_run()
     if args.scheduler == "slurm":
@@ -64,4 +64,4 @@ def cmd_simcluster(args) -> int:
     controller = cpu.check_controller(cpu.SYS_CGROUP) if quotas else None
     return simulate(list(links.node_bits_s), args.ranks_per_node, command, pairs=links.pair_bits_s, quotas=quotas,
                     controller=controller, scheduler=None if args.scheduler == "none" else args.scheduler,
-                    keep=args.keep)
+                    keep=args.keep_up)

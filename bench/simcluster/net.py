@@ -299,7 +299,7 @@ class Network:
         }
 
 
-KEPT = "KEPT"  # a file in an invocation's temporary directory: its cluster stays up after it exits (--keep)
+KEPT = "KEPT"  # a file in an invocation's temporary directory: its cluster stays up after it exits (--keep-up)
 
 
 def id_of(name: str) -> str | None:
@@ -309,7 +309,7 @@ def id_of(name: str) -> str | None:
 
 
 def kept() -> dict[str, Path]:
-    """id -> temporary directory of every cluster left up on purpose (--keep)."""
+    """id -> temporary directory of every cluster left up on purpose (--keep-up)."""
     return {id_of(d.name): d for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}*")
             if id_of(d.name) and (d / KEPT).exists()}
 
@@ -328,7 +328,7 @@ def remove_namespace(ns: str) -> bool:
 def remove_stale() -> list[str]:
     """Delete the namespaces of invocations that died without tearing down (kill -9): every
     `dbsc-` namespace whose owner pid no longer runs, after killing what runs in it. A cluster
-    left up on purpose (--keep) is not stale: `distbench simcluster --down ID` removes it."""
+    left up on purpose (--keep-up) is not stale: `distbench simcluster --down ID` removes it."""
     removed = []
     keep = kept()
     for ns in leftover_namespaces():

@@ -83,7 +83,7 @@ class SimCluster:
         self.keep = keep  # leave the cluster up at the end (with its Slurm)
         self.slurm: slurm.Slurm | None = None
         self.job_id: str | None = None
-        self.up = False  # built (and Slurm's nodes idle): what --keep leaves
+        self.up = False  # built (and Slurm's nodes idle): what --keep-up leaves
         self.groups = cpu.make_groups(controller, self.net.id, quotas) if quotas else []
         self.made_groups: list[cpu.Group] = []  # cgroups created so far (close removes exactly these)
         self.watcher: cpu.QuotaWatcher | None = None
@@ -269,7 +269,7 @@ class SimCluster:
 
     def close(self):
         """Stop every process, delete every namespace (their links and qdiscs go with them). A kept
-        cluster (--keep, once up) is left as it is, marked so that no later invocation removes it."""
+        cluster (--keep-up, once up) is left as it is, marked so that no later invocation removes it."""
         if self.keep and self.up:
             Path(self.tmp, KEPT).write_text(json.dumps({"id": self.net.id, "namespaces": self.net.made,
                                                         "groups": [str(g.path) for g in self.made_groups]}) + "\n")
@@ -355,7 +355,7 @@ def _owner_alive(name: str) -> bool:
 
 def kept_lines(cluster: SimCluster) -> list[str]:
     """What a person needs to use a kept cluster, and to remove it."""
-    out = [f"distbench: simcluster {cluster.net.id} is kept up (--keep): nodes "
+    out = [f"distbench: simcluster {cluster.net.id} is kept up (--keep-up): nodes "
            + ", ".join(f"{n.name} ({n.netns}, {n.address})" for n in cluster.net.nodes)]
     if cluster.slurm:
         bin_ = cluster.slurm.root / "bin"
@@ -427,7 +427,7 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
             if cluster.slurm:
                 err.write(f"distbench: simcluster: {cluster.slurm.summary()}\n")
             err.flush()
-            if not argv:  # --keep with no command: the cluster is all there is to do
+            if not argv:  # --keep-up with no command: the cluster is all there is to do
                 for line in kept_lines(cluster):
                     err.write(line + "\n")
                 return 0

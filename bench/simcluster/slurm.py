@@ -95,6 +95,7 @@ def slurm_conf(root: Path, nodes, ranks_per_node: int, head_address: str) -> str
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "SchedulerType=sched/builtin", "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
         "SlurmdParameters=config_overrides", "MpiDefault=none", "ReturnToService=2",
+        "JobRequeue=0",  # a job on a failed node ends (NODE_FAIL), as `sbatch --wait` needs; Slurm's default requeues it
         f"SlurmdTimeout={SLURMD_TIMEOUT_S}", f"KillWait={KILL_WAIT_S}", "InactiveLimit=0", "MinJobAge=300",
         "MessageTimeout=10", "SlurmctldTimeout=30", "HealthCheckInterval=0",
     ]
@@ -142,7 +143,7 @@ class Slurm:
         os.chmod(key, 0o400)
         self.conf.write_text(slurm_conf(r, self.net.nodes, self.ranks_per_node, self.head_address))
         (r / "cgroup.conf").write_text(f"CgroupPlugin={cgroup_plugin()}\nCgroupMountpoint=/sys/fs/cgroup\n")
-        for name in CLIENTS:  # wrappers for a person's shell (--keep): the command runs on the head host
+        for name in CLIENTS:  # wrappers for a person's shell (--keep-up): the command runs on the head host
             w = r / "bin" / name
             w.write_text("#!/bin/sh\n# distbench simcluster: run Slurm's " + name + " on the simulated cluster's head\n"
                          + f"export SLURM_CONF={shlex.quote(str(self.conf))}\n"
@@ -283,9 +284,24 @@ class Slurm:
         j = self.job(job_id)
         if not j:
             return f"the batch job was not submitted (sbatch exited {code}); Slurm's logs: {self.root / 'log'}"
+        down = self.unhealthy()
         return (f"job {j.get('JobId', job_id)} {j.get('JobState', '?')} on {j.get('NodeList', '?')} "
                 f"(partition {j.get('Partition', '?')}, {j.get('NumTasks', '?')} task(s), exit code "
-                f"{j.get('ExitCode', '?')}{', reason ' + j['Reason'] if j.get('Reason') not in (None, 'None') else ''})")
+                f"{j.get('ExitCode', '?')}{', reason ' + j['Reason'] if j.get('Reason') not in (None, 'None') else ''})"
+                + "".join(f"; node {n} is {state} ({why})" for n, state, why in down))
+
+    def unhealthy(self) -> list[tuple[str, str, str]]:
+        """(node, state, Slurm's reason) of every node that is not up: down, drained, failing."""
+        try:
+            r = self.client(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], timeout=10)
+        except subprocess.TimeoutExpired:
+            return []
+        out = []
+        for line in r.stdout.splitlines():
+            node, state, why = (line.split("|") + ["", ""])[:3]
+            if state.rstrip("*~#!%$@^-") not in ("idle", "alloc", "mix", "comp"):
+                out.append((node, state, why))
+        return out
 
     def job(self, job_id: str | None) -> dict:
         if not job_id:
@@ -343,6 +359,7 @@ def job_script(argv: list[str], nodes: int, ranks_per_node: int, out: Path, err:
         f"#SBATCH --output={out}",
         f"#SBATCH --error={err}",
         f"#SBATCH --chdir={cwd}",
+        "#SBATCH --no-requeue",
         "set -u",
         "# --kill-on-bad-exit: one failed rank ends the step (the others would wait for it in a collective)",
         "exec srun --kill-on-bad-exit=1 " + " ".join(shlex.quote(a) for a in argv),
