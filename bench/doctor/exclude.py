@@ -40,6 +40,27 @@ def exclude_of(suspects, rank_nodes: dict[int, str]) -> dict:
             "not_excluded": not_excluded}
 
 
+def rank_hosts(meta: dict) -> dict[int, str]:
+    """rank -> host from a run's launches (every rank's facts)."""
+    return {int(r["rank"]): str(r["host"]) for launch in (meta or {}).get("launches", {}).values()
+            for r in launch.get("ranks", []) if "rank" in r and "host" in r}
+
+
+def exclude_lines(meta: dict, run_dir) -> list[str]:
+    """What the summary says of the exclude list ([] for a run stored before it was kept)."""
+    block = (meta or {}).get("exclude")
+    if not isinstance(block, dict):
+        return []
+    out = []
+    if block.get("nodes"):
+        out.append(f"# exclude from the next job: {block['slurm']} (sbatch / srun); or distbench jobspec slurm ... "
+                   f"--exclude-from {run_dir}")
+    if block.get("not_excluded"):
+        out.append(f"# not excluded ({len(block['not_excluded'])} suspect(s) name no single node: a link, a pair or a "
+                   "group; excluding one end would hide, not fix it)")
+    return out
+
+
 def read_exclude(run_dir) -> list[str]:
     """The host names a doctor run says to exclude ([] when it found no node to leave out).
     One-line errors: not a run directory, not a doctor run, a doctor run stored before the list."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from bench.doctor.columns import COLUMNS
 from bench.doctor.config import DoctorConfig
+from bench.doctor.exclude import exclude_of, rank_hosts
 from bench.doctor.summary import DoctorLive, doctor_summary, thresholds_of
 from bench.doctor.verdict import verdict_of
 from bench.kind import KINDS, Kind, Memory, Metric, Reading, Report, drawn_by
@@ -113,7 +114,10 @@ def finish(run_dir, cfg: DoctorConfig):
     (run.dir / "doctor_suspects.parquet").unlink(missing_ok=True)
     rows = [{"run_id": run.meta.get("run_id"), "position": i, "suspect": s.name, "scope": s.scope, "factor": s.factor,
              "mads": s.mads, "evidence": s.evidence} for i, s in enumerate(suspects, 1)]
-    RunWriter.at(run_dir, part_prefix="verdict-").write_case({"doctor_suspects": rows})
+    w = RunWriter.at(run_dir, part_prefix="verdict-")
+    w.write_case({"doctor_suspects": rows})
+    block = exclude_of(suspects, rank_hosts(run.meta))
+    w.update_meta(lambda m: {**m, "exclude": block})
 
 
 def acceptance(run, cfg) -> list[str]:
