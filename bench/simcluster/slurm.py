@@ -235,10 +235,19 @@ class Slurm:
         d = self.root / "jobs"
         out, err, script = (d / f"job{self.jobs}.{x}" for x in ("out", "err", "sh"))
         script.write_text(job_script(argv, nodes, self.ranks_per_node, out, err, cwd))
+        self.test_only(script)
         p = subprocess.Popen(self.on_head(["sbatch", "--wait", "--parsable", str(script)]), env=self.env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                              preexec_fn=functools.partial(_in_child, True, None))
         return p, out, err
+
+    def test_only(self, script: Path):
+        """`sbatch --test-only`: a job Slurm cannot place is refused before it is submitted, in one
+        line with Slurm's own reason (e.g. more nodes than the partition has)."""
+        r = self.client(["sbatch", "--test-only", str(script)], timeout=30)
+        if r.returncode != 0:
+            why = " ".join((r.stderr or r.stdout).split()).replace("sbatch: error: ", "")
+            raise BenchError(f"simcluster: Slurm refused the job before submission: {why}")
 
     def cancel_all(self, wait_s: float = KILL_WAIT_S + 2):
         """scancel every job (its tasks get SIGTERM, then SIGKILL after KillWait), and wait a while
