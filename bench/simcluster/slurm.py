@@ -95,6 +95,7 @@ def slurm_conf(root: Path, nodes, ranks_per_node: int, head_address: str) -> str
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "SchedulerType=sched/builtin", "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
         "SlurmdParameters=config_overrides", "MpiDefault=none", "ReturnToService=2",
+        "EnforcePartLimits=ALL",  # a job beyond the partition (more nodes than it has) is refused at submission
         "JobRequeue=0",  # a job on a failed node ends (NODE_FAIL), as `sbatch --wait` needs; Slurm's default requeues it
         f"SlurmdTimeout={SLURMD_TIMEOUT_S}", f"KillWait={KILL_WAIT_S}", "InactiveLimit=0", "MinJobAge=300",
         "MessageTimeout=10", "SlurmctldTimeout=30", "HealthCheckInterval=0",
@@ -288,6 +289,12 @@ class Slurm:
         return (f"Slurm {self.version or '?'} up in {self.started_s:.1f} s: slurmctld on {HEAD} ({self.head_address}), "
                 f"slurmd on {nodes}, partition {PARTITION} ({len(self.net.nodes)} node(s) x {self.ranks_per_node} "
                 f"CPU(s)), one munged per host, {cgroup_plugin()}")
+
+    def exit_code(self, job_id: str | None, sbatch_code: int) -> int:
+        """The job's exit code as `sbatch --wait` gives it, except that a job that did not complete
+        is never 0: sbatch exits 0 for a job ended by a node failure (NODE_FAIL, ExitCode 0:0)."""
+        state = self.job(job_id).get("JobState", "")
+        return 1 if sbatch_code == 0 and state and state != "COMPLETED" else sbatch_code
 
     def job_line(self, job_id: str | None, code: int) -> str:
         j = self.job(job_id)
