@@ -30,7 +30,7 @@ MICRO_BATCH ?=
 ARGS        ?=
 opt = $(if $(strip $(2)),$(1) $(2))
 
-.PHONY: help bench report bench-collectives bench-allreduce bench-pipeline bench-strategies gpu-smoke test test-slow perf clean
+.PHONY: help install-slurm bench report bench-collectives bench-allreduce bench-pipeline bench-strategies gpu-smoke test test-slow perf clean
 
 help:
 	@echo "make bench                 the quick suite of every kind, then one report of the four runs"
@@ -45,6 +45,7 @@ help:
 	@echo "make perf                  [ARGS=...]  distbench's own hot paths under pytest-benchmark"
 	@echo "make gate                  [SUITE=... BASELINES=results/baselines ARGS=...]  judge against the stored baseline"
 	@echo "make gate-ab AGAINST=REV   [PAIRS=5 SUITE=... ARGS=...]  same-machine A/B against a git revision"
+	@echo "make install-slurm         (root, Debian) Slurm, munge and Open MPI for distbench simcluster --scheduler slurm / --launcher mpirun"
 	@echo "make clean                 remove results/*/, reports/*/ and .pytest_cache"
 
 $(VENV)/.installed: pyproject.toml
@@ -111,6 +112,12 @@ gate-ab: $(DEPS)
 # distbench's own hot paths under pytest-benchmark (not part of `make test`).
 perf: $(DEPS)
 	$(PYTHON) -m pytest -q tests/perf -o python_files='perf_*.py' -p no:cacheprovider --benchmark-only $(ARGS)
+
+# Debian's Slurm (slurmctld, slurmd, the clients), munge and Open MPI: what `distbench simcluster
+# --scheduler slurm` and `--launcher mpirun` run (docs/simcluster.md); root, apt. Nothing is started or enabled.
+install-slurm:
+	@command -v apt-get >/dev/null || { echo "make install-slurm: needs apt-get (Debian/Ubuntu); install slurm-wlm, munge and openmpi-bin with your package manager" >&2; exit 2; }
+	apt-get install -y slurm-wlm munge openmpi-bin || { apt-get update && apt-get install -y slurm-wlm munge openmpi-bin; }
 
 clean:
 	rm -rf results/*/ reports/*/ .pytest_cache
