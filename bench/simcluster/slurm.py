@@ -161,10 +161,12 @@ class Slurm:
         r = self.root
         sock = r / "munge-socket"
         mine = r / "munge" / host
+        pdeath = "setpriv --pdeathsig KILL " if shutil.which("setpriv") else ""
         script = (f"mount --bind {shlex.quote(str(self.hosts_file))} /etc/hosts && "
                   f"mount --bind {shlex.quote(str(mine))} {shlex.quote(str(sock))} && hostname {host} && ")
         if munged:
-            script += (f"{{ munged -F -f --key-file={shlex.quote(str(r / 'munge.key'))} "
+            # munged dies with the daemon exec'd below (its parent): setpriv's parent-death signal
+            script += (f"{{ {pdeath}munged -F -f --key-file={shlex.quote(str(r / 'munge.key'))} "
                        f"--socket={shlex.quote(str(sock / 'munge.socket.2'))} "
                        f"--pid-file={shlex.quote(str(sock / 'munged.pid'))} "
                        f"--seed-file={shlex.quote(str(sock / 'munged.seed'))} "
