@@ -449,3 +449,20 @@ def test_a_link_slow_both_ways_is_named_in_node_order_whichever_way_is_slower():
     assert top.name == "link node0 <-> node2"
     pairs = matrix(2, 4, slow=lambda a, b, na, nb: 0.3 if {a, b} == {1, 6} else 1.0)
     assert [s.name for s in diagnose(pairs, compute(8), TH)] == ["link rank 1 <-> rank 6"]
+
+
+@pytest.mark.parametrize("m,k,s", [(3, 1, 0.6), (3, 2, 0.6), (3, 1, 0.55), (4, 1, 0.6), (8, 1, 0.6), (3, 1, 0.65)])
+def test_a_slow_node_is_found_at_any_cluster_size_its_peers_not_diluted(m, k, s):
+    """Issue 47: at 3 nodes the healthy nodes' medians took in their pairs with the slow one
+    ((s + 1) / 2 each), so a node at 0.6x read 25% below them and passed the 30% floor. Each
+    node is now judged against the pairs that do not touch it (leave one out)."""
+    slow = matrix(m, k, noise=0.02, seed=5, slow=lambda a, b, na, nb: s if "node2" in (na, nb) and na != nb else 1.0)
+    found = diagnose(slow, compute(m * k), TH)
+    assert [x.name for x in found] == ["node node2"]
+    assert found[0].factor == pytest.approx(1 / s, rel=0.05)
+    assert f"pairs that do not touch it" in found[0].evidence
+
+
+def test_a_slow_pair_at_three_nodes_is_a_link_not_a_node():
+    slow = matrix(3, 1, noise=0.02, seed=5, slow=lambda a, b, na, nb: 0.5 if {na, nb} == {"node0", "node2"} else 1.0)
+    assert [x.name for x in diagnose(slow, compute(3), TH)] == ["link node0 <-> node2"]
