@@ -4,26 +4,31 @@ node's namespace in place of ssh).
 The pure parts (the agent's text, the hostfile, mpirun's command line, the mpirun check) run
 everywhere, without root: the agent is even run, with `ip`, `unshare`, `mount` and `hostname`
 faked on PATH, to show that it hands Open MPI's quoted orted command line to a shell as ssh does.
-The end-to-end run (mpirun in node0's namespace, orted through the agent in node1's) is
-slow-marked and skips, saying why, without root, ip / tc / unshare, or Open MPI 4.x."""
+`distbench simcluster --launcher mpirun` is refused in one line where it cannot run (with a
+scheduler, a world of one, no Open MPI), and its meta.json block is checked without a network.
+The end-to-end runs (`distbench simcluster --launcher mpirun`: mpirun in node0's namespace,
+orted through the agent in the others') are slow-marked and skip, saying why, without root,
+ip / tc / unshare, or Open MPI 4.x."""
 
 import json
 import os
-import shutil
+import shlex
 import signal
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from bench.cli import main
 from bench.errors import BenchError
-from bench.results.rundir import RESULTS_LINE
-from bench.simcluster import mpi, net
+from bench.simcluster import cpu, mpi, net
+from bench.simcluster.run import SimCluster
 from conftest import ROOT
+from test_simcluster import _cli, _id, _left
 
 NAMESPACES = {"node0": "dbsc-1x2-n0", "node1": "dbsc-1x2-n1"}
 INTERFACES = {"node0": "n0-1x2", "node1": "n1-1x2"}
@@ -45,9 +50,9 @@ def _fake_tools(bin_dir: Path, log: Path):
         p.chmod(0o755)
 
 
-def _run_agent(tmp_path: Path, *args) -> tuple[subprocess.CompletedProcess, str]:
+def _run_agent(tmp_path: Path, *args, cgroup_procs=None) -> tuple[subprocess.CompletedProcess, str]:
     agent = tmp_path / "agent"
-    agent.write_text(mpi.agent_script(NAMESPACES, "/tmp/dbsc-1x2-x/hosts", INTERFACES))
+    agent.write_text(mpi.agent_script(NAMESPACES, "/tmp/dbsc-1x2-x/hosts", INTERFACES, cgroup_procs))
     agent.chmod(0o755)
     log = tmp_path / "log"
     log.unlink(missing_ok=True)
@@ -99,8 +104,21 @@ def test_agent_refuses_an_unknown_host_like_a_failed_ssh(tmp_path):
 
 def test_agent_without_interfaces_leaves_the_variables_alone(tmp_path):
     text = mpi.agent_script(NAMESPACES, "/h")
-    assert "node1) ns=dbsc-1x2-n1; ifname='' ;;" in text
+    assert "node1) ns=dbsc-1x2-n1; ifname=''; cgroup='' ;;" in text
     assert text.startswith("#!/bin/sh\n")
+
+
+def test_agent_joins_the_node_s_cgroup_before_the_command(tmp_path):
+    procs = tmp_path / "cg" / "cgroup.procs"  # a file stands in for cgroup.procs: the agent writes its pid
+    procs.parent.mkdir()
+    r, _ = _run_agent(tmp_path, "node1", "echo $$", cgroup_procs={"node1": str(procs)})
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    # the pid written is the agent's: it execs ip, unshare and the shell that runs the command
+    assert procs.read_text() == r.stdout
+    r, _ = _run_agent(tmp_path, "node0", "echo ran", cgroup_procs={"node0": str(tmp_path / "none" / "cgroup.procs")})
+    assert r.returncode == 0 and r.stdout == "ran\n"  # a failed join is a warning, never silent
+    assert r.stderr == f"distbench simcluster agent: warning: node0 could not join the cgroup of " \
+        f"{tmp_path}/none/cgroup.procs\n"
 
 
 @pytest.mark.parametrize("namespaces, interfaces, message", [
@@ -113,6 +131,22 @@ def test_agent_without_interfaces_leaves_the_variables_alone(tmp_path):
 def test_agent_refuses_names_a_shell_would_read(namespaces, interfaces, message):
     with pytest.raises(BenchError, match=message):
         mpi.agent_script(namespaces, "/h", interfaces)
+    with pytest.raises(BenchError, match="cgroup given for 'node1', which is not a node"):
+        mpi.agent_script({"node0": "ns"}, "/h", cgroup_procs={"node1": "/x"})
+    with pytest.raises(BenchError, match="'cg/cgroup.procs' for 'node0' is not absolute"):
+        mpi.agent_script({"node0": "ns"}, "/h", cgroup_procs={"node0": "cg/cgroup.procs"})
+
+
+def test_own_cgroup_procs_reads_proc_self_cgroup(tmp_path):
+    (tmp_path / "user.slice" / "s").mkdir(parents=True)
+    (tmp_path / "user.slice" / "s" / "cgroup.procs").touch()
+    v2 = "0::/user.slice/s\n"
+    v1 = "4:memory:/x\n2:cpu,cpuacct:/user.slice/s\n0::/other\n"
+    assert mpi.own_cgroup_procs(str(tmp_path), 2, v2) == f"{tmp_path}/user.slice/s/cgroup.procs"
+    assert mpi.own_cgroup_procs(str(tmp_path), 1, v1) == f"{tmp_path}/user.slice/s/cgroup.procs"
+    # a cgroup not under the mount (a container's own seen as its root): the mount's root
+    assert mpi.own_cgroup_procs(str(tmp_path), 2, "0::/docker/abc\n") == f"{tmp_path}/cgroup.procs"
+    assert mpi.own_cgroup_procs(str(tmp_path), 1, "1:memory:/user.slice/s\n") == f"{tmp_path}/cgroup.procs"
 
 
 def test_agent_quotes_the_hosts_file():
@@ -213,7 +247,76 @@ def test_check_mpirun_accepts_open_mpi_4(tmp_path):
     assert mpi.check_mpirun(path) == f"{path}/mpirun"
 
 
-# ---- the real thing: mpirun across two namespaces ----
+# ---- CPU quotas: an Open MPI rank is found by its rank and this cluster's id ----
+
+def _environ(**env) -> bytes:
+    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+
+
+def test_rank_of_an_open_mpi_rank():
+    rank = _environ(OMPI_COMM_WORLD_RANK="3", OMPI_COMM_WORLD_SIZE="4", DISTBENCH_SIMCLUSTER="1x2", PATH="/bin")
+    assert cpu.rank_of(rank, "simcluster-1x2", cluster_id="1x2") == 3
+    assert cpu.rank_of(rank, "simcluster-1x2", cluster_id="9x9") is None  # another cluster's rank
+    assert cpu.rank_of(rank, "simcluster-1x2") is None  # no cluster id given: torchrun's workers only
+    # mpirun and orted carry the cluster's id and no rank
+    assert cpu.rank_of(_environ(DISTBENCH_SIMCLUSTER="1x2", OMPI_MCA_ess="env"), "simcluster-1x2", "1x2") is None
+    assert cpu.rank_of(_environ(OMPI_COMM_WORLD_RANK="x", DISTBENCH_SIMCLUSTER="1x2"), "r", "1x2") is None
+    # a torchrun worker and a Slurm task are read as before
+    assert cpu.rank_of(_environ(TORCHELASTIC_RUN_ID="simcluster-1x2", LOCAL_RANK="0", RANK="2"), "simcluster-1x2") == 2
+    assert cpu.rank_of(_environ(SLURM_STEP_ID="0", SLURM_PROCID="1", DISTBENCH_SIMCLUSTER="1x2"), "r", "1x2") == 1
+
+
+# ---- `distbench simcluster --launcher mpirun`: refusals and the meta.json block ----
+
+def _refusal(argv, capsys) -> str:
+    assert main(["simcluster", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("distbench: error: "), err
+    return err[0]
+
+
+def test_mpirun_is_refused_with_a_scheduler_and_for_a_world_of_one(capsys):
+    err = _refusal(["--nodes", "2", "--link", "1gbit", "--launcher", "mpirun", "--scheduler", "slurm", "--",
+                    "distbench", "collectives"], capsys)
+    assert "--launcher mpirun: not with --scheduler slurm" in err
+    err = _refusal(["--nodes", "1", "--link", "1gbit", "--launcher", "mpirun", "--", "distbench", "collectives"],
+                   capsys)
+    assert "a world of 1 is no MPI launch" in err
+    err = _refusal(["--nodes", "2", "--link", "1gbit", "--launcher", "srun", "--", "distbench", "collectives"], capsys)
+    assert "--launcher: invalid choice: 'srun'" in err
+
+
+def test_mpirun_missing_is_refused_before_anything_is_built(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    bin_dir = tmp_path / "bin"  # ip, tc and unshare that fail if run: nothing may be built
+    bin_dir.mkdir()
+    for tool in ("ip", "tc", "unshare"):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 97\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    err = _refusal(["--nodes", "2", "--link", "1gbit", "--launcher", "mpirun", "--", "distbench", "collectives"],
+                   capsys)
+    assert "needs Open MPI's mpirun on PATH (Debian: apt-get install -y openmpi-bin); not found" in err
+
+
+def test_meta_records_the_launch_line():
+    c = SimCluster([10**9, 10**9], 1, launcher="mpirun")
+    c.mpirun = ["mpirun", "-np", "2", "--mca", "ras", "^slurm", "py", "-m", "bench", "collectives"]
+    facts = c.facts(["distbench", "collectives"])
+    assert facts["launch"] == {"launcher": "mpirun",
+                               "command_line": "mpirun -np 2 --mca ras '^slurm' py -m bench collectives"}
+    assert "torchrun" not in facts
+    t = SimCluster([10**9, 10**9], 1)
+    t.torchrun = [["py", "-m", "torch.distributed.run", "--nnodes", "2", "-m", "bench"]]
+    facts = t.facts(["distbench"])
+    assert facts["launch"] == {"launcher": "torchrun",
+                               "command_line": "py -m torch.distributed.run --nnodes 2 -m bench"}
+    assert facts["torchrun"] == facts["launch"]["command_line"]  # the old key, kept for torchrun runs
+    with pytest.raises(BenchError, match="not with --scheduler slurm"):
+        SimCluster([10**9], 1, scheduler="slurm", launcher="mpirun")
+
+
+# ---- the real thing: distbench simcluster --launcher mpirun ----
 
 def _why_not() -> str | None:
     if os.geteuid() != 0:
@@ -233,63 +336,131 @@ def _why_not() -> str | None:
     return None
 
 
+WHY_NOT = _why_not()
+needs_mpirun = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
+
+
+def _everything_left(id_: str) -> list[str]:
+    """_left (namespaces, host links and qdiscs, temp dirs), plus any process that carries the
+    cluster's id (mpirun, an agent, orted, a rank) and any of its cgroups."""
+    found = _left(id_)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if f"DISTBENCH_SIMCLUSTER={id_}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(f"process {pid}: {Path(f'/proc/{pid}/cmdline').read_bytes()[:80]!r}")
+        except OSError:
+            pass
+    ctrl = cpu.find_controller()
+    found += [f"cgroup {d}" for d in (ctrl.root.glob(f"{cpu.PREFIX}{id_}-*") if ctrl else [])]
+    return found
+
+
+@needs_mpirun
 @pytest.mark.slow
-def test_mpirun_runs_distbench_across_two_namespaces(tmp_path):
-    why = _why_not()
-    if why:
-        pytest.skip(why)
-    network = net.Network([10**9, 10**9])
-    tmp = Path(tempfile.mkdtemp(prefix=f"{net.PREFIX}{network.id}-"))  # net.remove_stale knows the name
-    out = tmp_path / "results"
-    proc = None
+def test_simcluster_runs_distbench_under_mpirun(tmp_path):
+    r = _cli("--nodes", "2", "--ranks-per-node", "1", "--link", "1gbit", "--launcher", "mpirun", "--",
+             "distbench", "collectives", "-c", "all_reduce", "--sizes", "1M", "--out", str(tmp_path), "--no-telemetry",
+             timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert _everything_left(_id(r.stderr)) == []
+    assert "Wrong elements: 0 OK" in r.stdout
+    (run_dir,) = list((tmp_path / "collectives").iterdir())
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["launcher"] == "mpi" and meta["launcher_facts"]["mpi"] == "Open MPI"
+    (launch,) = meta["launches"].values()
+    assert launch["hosts"] == ["node0", "node1"] and launch["nodes"] == 2 and launch["wrong"] == 0
+    placement = sorted((f["rank"], f["host"], f["node_rank"], f["local_rank"]) for f in launch["ranks"])
+    assert placement == [(0, "node0", 0, 0), (1, "node1", 1, 0)]
+    assert (pd.read_parquet(run_dir / "results.parquet")["wrong"] == 0).all()
+    sim = meta["simcluster"]
+    node0 = sim["nodes"][0]
+    assert meta["cluster"]["network"]["GLOO_SOCKET_IFNAME"] == node0["interface"]  # rank 0's: node0's link
+    assert sim["launch"]["launcher"] == "mpirun" and "torchrun" not in sim
+    line = shlex.split(sim["launch"]["command_line"])
+    assert line[0] == "mpirun" and line[line.index("-np") + 1] == "2"
+    agent = line[line.index("plm_rsh_agent") + 1]  # in the invocation's temporary directory, removed at the end
+    assert agent.startswith(os.path.join(tempfile.gettempdir(), f"dbsc-{_id(r.stderr)}-")) and agent.endswith("/agent")
+    assert line[line.index(f"MASTER_ADDR={node0['address']}") + 3:] == [
+        sys.executable, "-m", "bench", "collectives", "-c", "all_reduce", "--sizes", "1M", "--out", str(tmp_path),
+        "--no-telemetry"]
+
+
+def _cpu_cgroup(text: str) -> str:
+    """The cpu controller's cgroup in /proc/PID/cgroup's text (v1: the line naming cpu; v2: `0::`)."""
+    for line in text.splitlines():
+        hier, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(",") or (hier == "0" and controllers == ""):
+            return path
+    return "?"
+
+
+WHERE = """import os, socket, sys, time
+def cpu_cgroup(pid):  # the cpu controller's cgroup of a process (v1: the cpu line; v2: the only one)
+    for line in open(f"/proc/{pid}/cgroup"):
+        hier, controllers, path = line.rstrip("\\n").split(":", 2)
+        if "cpu" in controllers.split(",") or (hier == "0" and controllers == ""):
+            return path
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+for _ in range(100):  # the watcher moves rank 1 into its cgroup a moment after it starts
+    if rank != 1 or cpu_cgroup(os.getpid()).endswith("-rank1"):
+        break
+    time.sleep(0.1)
+print("WHERE", rank, socket.gethostname(), os.environ.get("GLOO_SOCKET_IFNAME"), cpu_cgroup(os.getpid()),
+      cpu_cgroup(os.getppid()), flush=True)
+sys.exit(3 if rank == 1 else 0)
+"""
+
+
+@needs_mpirun
+@pytest.mark.slow
+def test_mpirun_places_ranks_and_quotas_and_passes_the_exit_code_through(tmp_path):
+    if cpu.find_controller() is None:
+        pytest.skip("no writable cgroup cpu controller here (--cpu-quota-of needs one)")
+    script = tmp_path / "where.py"
+    script.write_text(WHERE)
+    # node0's quota holds mpirun and rank 0; node1's orted must leave it; rank 1 has its own; node2 its node's
+    r = _cli("--nodes", "3", "--link", "1gbit", "--launcher", "mpirun",
+             "--cpu-quota-of", "node0=150%,rank1=50%,node2=90%", "--", str(script), timeout=120)
+    id_ = _id(r.stderr)
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]  # rank 1's code, through mpirun
+    assert _everything_left(id_) == []
+    where = sorted(ln.split()[1:] for ln in r.stdout.splitlines() if ln.startswith("WHERE "))
+    root = f"/{cpu.PREFIX}{id_}"
+    home = _cpu_cgroup(Path("/proc/self/cgroup").read_text())  # this test's cgroup: simcluster's too
+    assert where == [
+        ["0", "node0", f"n0-{id_}", f"{root}-node0", f"{root}-node0"],  # parent: mpirun, in node0's cgroup
+        ["1", "node1", f"n1-{id_}", f"{root}-rank1", home],  # parent: orted, out of node0's cgroup
+        ["2", "node2", f"n2-{id_}", f"{root}-node2", f"{root}-node2"],  # orted joined node2's through the agent
+    ], r.stderr[-3000:]
+    assert "warning" not in r.stderr, r.stderr[-3000:]
+
+
+@needs_mpirun
+@pytest.mark.slow
+def test_sigterm_mid_mpirun_leaves_nothing(tmp_path):
+    script = tmp_path / "hold.py"
+    script.write_text("import os, time\nprint('holding', os.environ['OMPI_COMM_WORLD_RANK'], flush=True)\n"
+                      "time.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, "-m", "bench", "simcluster", "--nodes", "2", "--link", "1gbit",
+                          "--launcher", "mpirun", "--", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    guard = threading.Timer(120, p.send_signal, (signal.SIGTERM,))  # never hang: a SIGTERM still tears down
+    guard.start()
     try:
-        hosts = tmp / "hosts"
-        hosts.write_text("127.0.0.1 localhost\n::1 localhost\n" + "".join(
-            f"{n.address} {n.name}\n::ffff:{n.address} {n.name}\n" for n in network.nodes))
-        agent = tmp / "agent"
-        agent.write_text(mpi.agent_script({n.name: n.netns for n in network.nodes}, str(hosts),
-                                          {n.name: n.ifname for n in network.nodes}))
-        agent.chmod(0o755)
-        names = [n.name for n in network.nodes]
-        (tmp / "hostfile").write_text(mpi.hostfile(names, 1))
-        network.build()
-        node0 = network.nodes[0]
-        argv = mpi.mpirun_argv(sys.executable, ["-m", "bench", "collectives", "-c", "all_reduce", "--sizes", "1M",
-                                                "--out", str(out)], names, 1, str(agent), str(tmp / "hostfile"),
-                               master_addr=node0.address)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "GLOO_SOCKET_IFNAME": node0.ifname,
-               "NCCL_SOCKET_IFNAME": node0.ifname, "DISTBENCH_SIMCLUSTER": network.id, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(mpi.in_node(node0.netns, node0.name, str(hosts), argv), env=env, cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        stdout, stderr = proc.communicate(timeout=240)
-        assert proc.returncode == 0, f"mpirun exit {proc.returncode}\n{stdout[-3000:]}\n{stderr[-3000:]}"
-        run_dir = next(ln[len(RESULTS_LINE):].strip() for ln in stdout.splitlines() if ln.startswith(RESULTS_LINE))
-        meta = json.loads((Path(run_dir) / "meta.json").read_text())
-        launch = meta["launches"]["2"]
-        assert launch["hosts"] == ["node0", "node1"] and launch["wrong"] == 0
-        assert "Wrong elements: 0 OK" in stdout
-        ranks = pd.read_parquet(Path(run_dir) / "ranks.parquet")
-        assert sorted(set(zip(ranks["rank"], ranks["host"]))) == [(0, "node0"), (1, "node1")]
-        assert (pd.read_parquet(Path(run_dir) / "results.parquet")["wrong"] == 0).all()
-        assert meta["cluster"]["network"]["GLOO_SOCKET_IFNAME"] == node0.ifname
-    finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        for _ in range(50):  # whatever still runs in a namespace (orted, ranks): never left behind
-            pids = network.pids()
-            if not pids:
+        held = set()
+        for line in p.stdout:  # both ranks (node1's through orted) are up and holding
+            if line.startswith("holding "):
+                held.add(line.split()[1])
+            if len(held) == 2:
                 break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
-        problems = network.teardown()
-        shutil.rmtree(tmp, ignore_errors=True)
-    assert problems == [] and net.leftover_namespaces(network.id) == []
+        assert held == {"0", "1"}
+        p.send_signal(signal.SIGTERM)
+        code = p.wait(timeout=60)
+        err = p.stderr.read()
+    finally:
+        guard.cancel()
+        if p.poll() is None:
+            p.kill()
+    assert code == 128 + signal.SIGTERM, err[-2000:]
+    assert "the simulated cluster is torn down" in err
+    assert _everything_left(_id(err)) == []

@@ -1,13 +1,13 @@
 """`distbench simcluster --nodes N --ranks-per-node R --link RATE [--link-of nodeI=RATE|nodeA-nodeB=RATE]
-[--cpu-quota-of rankR=PCT|nodeI=PCT] [--scheduler slurm [--keep-up]] -- COMMAND`, and
+[--cpu-quota-of rankR=PCT|nodeI=PCT] [--launcher torchrun|mpirun | --scheduler slurm [--keep-up]] -- COMMAND`, and
 `distbench simcluster --down ID|all` (a cluster kept up)."""
 
 import argparse
 
 from bench.errors import BenchError
-from bench.simcluster import cpu, slurm
+from bench.simcluster import cpu, mpi, slurm
 from bench.simcluster.net import MAX_NODES, check_can_run, parse_links
-from bench.simcluster.run import down, inner_argv, simulate
+from bench.simcluster.run import LAUNCHERS, down, inner_argv, simulate
 
 SCHEDULERS = ("none", "slurm")
 
@@ -17,7 +17,7 @@ def add_parser(sub):
                        "(network namespaces, links shaped with tc; needs root)")
     p.add_argument("--nodes", type=int, help=f"number of nodes, 1 .. {MAX_NODES}")
     p.add_argument("--ranks-per-node", dest="ranks_per_node", type=int, default=1,
-                   help="ranks torchrun starts on each node (default 1)")
+                   help="ranks on each node, started by torchrun or mpirun (default 1)")
     p.add_argument("--link", help="every node's link rate: kbit, mbit or gbit (powers of 1000), "
                    "e.g. 500mbit; shaped with tc tbf, no added delay")
     p.add_argument("--link-of", dest="link_of", action="append", default=[], metavar="nodeI=RATE|nodeA-nodeB=RATE",
@@ -27,8 +27,12 @@ def add_parser(sub):
                    help="cap one rank's processes (rank3=25%%) or a whole node's (node1=50%%) at PCT %% of one CPU, "
                    "with a cgroup (needs a writable cgroup cpu controller); repeat, or a comma list")
     p.add_argument("--scheduler", choices=SCHEDULERS, default="none",
-                   help="none: torchrun in every node (default); slurm: a real Slurm (munge, slurmctld, one slurmd per "
+                   help="none: the --launcher starts the ranks (default); slurm: a real Slurm (munge, slurmctld, one slurmd per "
                    "node) runs the command as a batch job (sbatch --wait; needs Debian's slurm-wlm and munge)")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="torchrun",
+                   help="who starts the ranks without a scheduler: torchrun in every node (default), or Open MPI's "
+                   "mpirun in node0, reaching the other nodes through a launch agent that enters their namespaces "
+                   "(needs Open MPI 4.x: Debian's openmpi-bin)")
     p.add_argument("--keep-up", dest="keep_up", action="store_true", help="with --scheduler slurm: leave the cluster up at the end (the "
                    "command is then optional) and print how to submit to it and how to tear it down")
     p.add_argument("--down", metavar="ID|all", help="tear down a cluster left up by --keep-up (its id, or all)")
@@ -50,10 +54,18 @@ def cmd_simcluster(args) -> int:
     if args.keep_up and args.scheduler != "slurm":
         raise BenchError("simcluster --keep-up: only with --scheduler slurm (a cluster kept without a scheduler has "
                          "nothing to submit to)")
+    if args.launcher == "mpirun" and args.scheduler != "none":
+        raise BenchError(f"simcluster --launcher mpirun: not with --scheduler {args.scheduler} (the job's srun starts "
+                         "the ranks there); leave --scheduler out, or use --launcher torchrun")
     if not 1 <= args.nodes <= MAX_NODES:
         raise BenchError(f"--nodes {args.nodes}: allowed 1 .. {MAX_NODES}")
     if args.ranks_per_node < 1:
         raise BenchError(f"--ranks-per-node {args.ranks_per_node}: must be >= 1")
+    world = args.nodes * args.ranks_per_node
+    if args.launcher == "mpirun" and world < 2:
+        raise BenchError(f"simcluster --launcher mpirun: a world of {world} is no MPI launch (a rank that sees "
+                         "OMPI_COMM_WORLD_SIZE=1 starts its own ranks); give --nodes 2 or more, or --ranks-per-node "
+                         "2 or more, or --launcher torchrun")
     links = parse_links(args.nodes, args.link, args.link_of)
     quotas = cpu.parse_quotas(args.cpu_quota_of, args.nodes, args.ranks_per_node)
     if command or not args.keep_up:
@@ -61,7 +73,9 @@ def cmd_simcluster(args) -> int:
     check_can_run()
     if args.scheduler == "slurm":
         slurm.check_can_run()
+    if args.launcher == "mpirun":
+        mpi.check_mpirun()
     controller = cpu.check_controller(cpu.SYS_CGROUP) if quotas else None
     return simulate(list(links.node_bits_s), args.ranks_per_node, command, pairs=links.pair_bits_s, quotas=quotas,
                     controller=controller, scheduler=None if args.scheduler == "none" else args.scheduler,
-                    keep=args.keep_up)
+                    keep=args.keep_up, launcher=args.launcher)

@@ -176,13 +176,18 @@ def make_groups(ctrl: Controller, id_: str, quotas: list[Quota]) -> list[Group]:
 
 def rank_of(environ: bytes, run_id: str, cluster_id: str | None = None) -> int | None:
     """The global rank of a process, from /proc/PID/environ: RANK of a torchrun worker of
-    rendezvous `run_id`, or SLURM_PROCID of a task of a Slurm job step on simulated cluster
-    `cluster_id` (DISTBENCH_SIMCLUSTER, which the job inherits from its submitter); else None."""
+    rendezvous `run_id`; on simulated cluster `cluster_id` (DISTBENCH_SIMCLUSTER, which a Slurm
+    job inherits from its submitter and Open MPI's ranks from mpirun), SLURM_PROCID of a task of a
+    Slurm job step or OMPI_COMM_WORLD_RANK of an Open MPI rank (mpirun and orted carry no rank);
+    else None."""
     env = dict(kv.split(b"=", 1) for kv in environ.split(b"\0") if b"=" in kv)
+    ours = bool(cluster_id) and env.get(b"DISTBENCH_SIMCLUSTER") == cluster_id.encode()
     if env.get(b"TORCHELASTIC_RUN_ID") == run_id.encode() and b"LOCAL_RANK" in env:
         rank = env.get(b"RANK", b"")
-    elif cluster_id and env.get(b"DISTBENCH_SIMCLUSTER") == cluster_id.encode() and b"SLURM_STEP_ID" in env:
+    elif ours and b"SLURM_STEP_ID" in env:
         rank = env.get(b"SLURM_PROCID", b"")
+    elif ours and b"OMPI_COMM_WORLD_RANK" in env:
+        rank = env[b"OMPI_COMM_WORLD_RANK"]
     else:
         return None
     return int(rank) if rank.isdigit() else None

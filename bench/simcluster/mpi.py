@@ -1,5 +1,7 @@
 """Open MPI's `mpirun` on the simulated cluster: a launch agent that enters a node's namespace
 instead of ssh, and the mpirun command line that uses it (Open MPI 4.x, whose daemon is `orted`).
+`distbench simcluster --launcher mpirun -- COMMAND` runs COMMAND this way (bench.simcluster.run:
+the agent and the hostfile in the invocation's temporary directory, mpirun in node0).
 
 How it works
 ------------
@@ -28,7 +30,11 @@ URI at its `;`. The line may hold several commands: where mpirun is called by an
 LD_LIBRARY_PATH=... ; /usr/bin/orted ...`, so the agent runs it whole (`eval "$*"`), never
 `exec`-ing its first word (measured: `exec: PATH=/usr/bin:...: not found`, then "ORTE was unable to
 reliably start one or more daemons"). Because the agent inherits mpirun's environment, orted and
-the ranks it starts get that environment as well, with the node's own interface set by the agent.
+the ranks it starts get that environment as well, with the node's own interface set by the agent
+(and DISTBENCH_SIMCLUSTER, by which bench.simcluster.cpu.rank_of finds a rank for its CPU quota).
+With CPU quotas, the agent first moves itself into the node's cgroup (or out of node0's, into
+simcluster's own, where node0 has a quota and the node has none): mpirun and all it starts are in
+node0's.
 
 Every option of `mpirun_argv`, and why (Open MPI 4.1 mpirun(1), `man mpirun.openmpi`, also
 https://www.open-mpi.org/doc/v4.1/man1/mpirun.1.php; the MCA parameters as `ompi_info --param
@@ -77,6 +83,7 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from bench.errors import BenchError
 
@@ -95,16 +102,28 @@ def _check_name(what: str, name: str):
 
 
 def agent_script(namespaces: Mapping[str, str], hosts_file: str,
-                 interfaces: Mapping[str, str] | None = None) -> str:
+                 interfaces: Mapping[str, str] | None = None, cgroup_procs: Mapping[str, str] | None = None) -> str:
     """The launch agent's text (POSIX sh): `AGENT HOST COMMAND...` runs the shell command line
     COMMAND in HOST's network namespace (`namespaces[HOST]`), in a UTS namespace of its own with
     hostname HOST and `hosts_file` bound over /etc/hosts (ignored where the bind fails, as for a
     torchrun node), with GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME set to `interfaces[HOST]`
-    where given. An unknown host exits 255 (ssh's code for a failed connection) naming the
-    known ones."""
+    where given. Where `cgroup_procs[HOST]` is given (a cgroup's cgroup.procs file), the agent
+    first writes its pid there, so that orted and the ranks it starts are born in HOST's cgroup
+    and not in mpirun's (a CPU quota of node0 would otherwise reach every node). The agent runs in
+    mpirun's mount namespace, where `ip netns exec` mounted a sysfs of node0's own over /sys, which
+    hides /sys/fs/cgroup: give the path through /proc/PID/root of a process that sees the cgroups
+    (simcluster: /proc/<its pid>/root/sys/fs/cgroup/...). A failed write is a warning on stderr.
+    An unknown host exits 255 (ssh's code for a failed connection) naming the known ones."""
     if not namespaces:
         raise BenchError("simcluster mpi: the agent needs at least one node")
     interfaces = dict(interfaces or {})
+    cgroup_procs = dict(cgroup_procs or {})
+    for host, procs in cgroup_procs.items():
+        if host not in namespaces:
+            raise BenchError(f"simcluster mpi: cgroup given for '{host}', which is not a node "
+                             f"({', '.join(namespaces)})")
+        if not str(procs).startswith("/"):
+            raise BenchError(f"simcluster mpi: cgroup.procs path '{procs}' for '{host}' is not absolute")
     for host, ns in namespaces.items():
         _check_name("host name", host)
         _check_name("namespace", ns)
@@ -114,7 +133,8 @@ def agent_script(namespaces: Mapping[str, str], hosts_file: str,
                              f"({', '.join(namespaces)})")
         _check_name("interface", ifname)
     q = shlex.quote
-    cases = "".join(f"  {q(h)}) ns={q(ns)}; ifname={q(interfaces.get(h, ''))} ;;\n" for h, ns in namespaces.items())
+    cases = "".join(f"  {q(h)}) ns={q(ns)}; ifname={q(interfaces.get(h, ''))}; cgroup={q(cgroup_procs.get(h, ''))} ;;\n"
+                    for h, ns in namespaces.items())
     inner = ('mount --bind "$1" /etc/hosts 2>/dev/null; '
              'hostname "$2" || exit 255; '
              'if [ -n "$3" ]; then GLOO_SOCKET_IFNAME=$3; NCCL_SOCKET_IFNAME=$3; '
@@ -133,8 +153,29 @@ def agent_script(namespaces: Mapping[str, str], hosts_file: str,
         f'  *) echo "distbench simcluster agent: unknown host \'$host\'; the nodes are: '
         f'{" ".join(namespaces)}" >&2; exit 255 ;;\n'
         'esac\n'
+        'if [ -n "$cgroup" ] && ! echo $$ 2>/dev/null > "$cgroup"; then\n'
+        '  echo "distbench simcluster agent: warning: $host could not join the cgroup of $cgroup" >&2\n'
+        'fi\n'
         f'exec ip netns exec "$ns" unshare --uts sh -c {q(inner)} sh {q(str(hosts_file))} "$host" "$ifname" "$@"\n'
     )
+
+
+def own_cgroup_procs(root: str, version: int, self_cgroup: str) -> str:
+    """The cgroup.procs file of the cgroup a process is in, from its /proc/PID/cgroup text, in the
+    cpu hierarchy mounted at `root` (cgroup v2: the `0::PATH` line; v1: the line whose controllers
+    include cpu). Where that directory is not under `root` (a container that sees its own cgroup
+    as the mount's root, without a cgroup namespace), `root`'s own: where the agent sends a node
+    without a quota of its own, out of node0's."""
+    for line in self_cgroup.splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if (version == 2 and hier == "0" and controllers == "") or \
+                (version == 1 and "cpu" in controllers.split(",")):
+            d = Path(root) / path.strip().lstrip("/")
+            if (d / "cgroup.procs").exists():
+                return str(d / "cgroup.procs")
+            break
+    return str(Path(root) / "cgroup.procs")
 
 
 def hostfile(nodes: Sequence[str], ranks_per_node: int) -> str:

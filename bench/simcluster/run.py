@@ -31,7 +31,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.results.metadata import utc_now
 from bench.results.rundir import RESULTS_LINE, RunDir
-from bench.simcluster import cpu, slurm
+from bench.simcluster import cpu, mpi, slurm
 from bench.simcluster.net import (KEPT, RENDEZVOUS_PORT, Network, format_rate, id_of, kept, leftover_namespaces,
                                   owner_pid, remove_namespace, remove_stale)
 
@@ -72,13 +72,23 @@ def inner_argv(command: list[str]) -> list[str]:
                      "`python -m MODULE ...` or a script `path.py ...`")
 
 
+LAUNCHERS = ("torchrun", "mpirun")
+
+
 class SimCluster:
-    """The network and one torchrun per node. `with SimCluster(...) as c: c.start(argv); c.wait()`."""
+    """The network and one torchrun per node (or one mpirun in node0, which reaches the other nodes
+    through bench.simcluster.mpi's launch agent). `with SimCluster(...) as c: c.start(argv); c.wait()`."""
 
     def __init__(self, rates: list[int], ranks_per_node: int, python: str = sys.executable, out=None, err=None,
                  pairs: dict | None = None, quotas: list | None = None, controller: cpu.Controller | None = None,
-                 scheduler: str | None = None, keep: bool = False):
+                 scheduler: str | None = None, keep: bool = False, launcher: str = "torchrun"):
+        if launcher not in LAUNCHERS:
+            raise BenchError(f"simcluster: unknown launcher '{launcher}'; allowed: {', '.join(LAUNCHERS)}")
+        if launcher == "mpirun" and scheduler:
+            raise BenchError(f"simcluster --launcher mpirun: not with --scheduler {scheduler} (the job's srun "
+                             "starts the ranks there); leave --scheduler out, or use --launcher torchrun")
         self.net = Network(rates, pairs=pairs)
+        self.launcher = launcher  # without a scheduler: torchrun in every node, or mpirun in node0
         self.scheduler = scheduler  # None: torchrun in every node; "slurm": a real Slurm runs the command as a job
         self.keep = keep  # leave the cluster up at the end (with its Slurm)
         self.slurm: slurm.Slurm | None = None
@@ -94,6 +104,7 @@ class SimCluster:
         self.threads: list[threading.Thread] = []
         self.run_dir: str | None = None
         self.torchrun: list[list[str]] = []
+        self.mpirun: list[str] = []  # mpirun's command line (--launcher mpirun)
         self._lock = threading.Lock()
         self.stopping = False  # set when simcluster stops the nodes itself
         self.worker_exits: list[int] = []  # exit codes of failed workers, as the agents report them
@@ -159,25 +170,71 @@ class SimCluster:
     def start(self, argv: list[str]):
         if self.slurm:
             return self.submit(argv)
-        if self.groups:
-            self.watcher = cpu.QuotaWatcher(self.groups, lambda i: self.net.nodes[i].netns, f"simcluster-{self.net.id}")
-        for node in self.net.nodes:
-            group = next((g for g in self.groups if g.quota.rank is None and g.quota.node == node.index), None)
-            procs = str(group.path / "cgroup.procs") if group else None
-            p = subprocess.Popen(self.node_argv(node, argv), env=self.env(node), stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                                 preexec_fn=functools.partial(_in_child, procs))
-            self.procs.append(p)
-            if group and p.pid in group.members():  # joined before exec: all it starts inherits the cgroup
-                group.pids.append(p.pid)
-                group.applied_s = 0.0
-            prefix = "" if node.index == 0 else f"{node.name}| "
-            for stream, sink in ((p.stdout, self.out), (p.stderr, self.err)):
-                t = threading.Thread(target=self._pump, args=(stream, sink, prefix), daemon=True)
-                t.start()
-                self.threads.append(t)
+        mpirun = self.launcher == "mpirun"
+        # under mpirun, node0's processes all descend from mpirun, which joins node0's cgroup before it
+        # execs (as a torchrun node's agent does); the other nodes' orted join theirs through the agent
+        watched = [g for g in self.groups if not (mpirun and g.quota.rank is None and g.quota.node == 0)]
+        if watched:  # an Open MPI rank is known by OMPI_COMM_WORLD_RANK with this cluster's id (cpu.rank_of)
+            self.watcher = cpu.QuotaWatcher(watched, lambda i: self.net.nodes[i].netns, f"simcluster-{self.net.id}",
+                                            cluster_id=self.net.id if mpirun else None)
+        if mpirun:
+            self._launch(self.net.nodes[0], self.mpirun_node_argv(argv))
+        else:
+            for node in self.net.nodes:
+                self._launch(node, self.node_argv(node, argv))
         if self.watcher:
             self.watcher.start()
+
+    def _launch(self, node, argv: list[str]):
+        """One node's process (torchrun, or mpirun in node0), in the node's cgroup where it has a
+        quota, its output pumped (node i > 0 prefixed `nodeI| `)."""
+        group = next((g for g in self.groups if g.quota.rank is None and g.quota.node == node.index), None)
+        procs = str(group.path / "cgroup.procs") if group else None
+        p = subprocess.Popen(argv, env=self.env(node), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+                             preexec_fn=functools.partial(_in_child, procs))
+        self.procs.append(p)
+        if group and p.pid in group.members():  # joined before exec: all it starts inherits the cgroup
+            group.pids.append(p.pid)
+            group.applied_s = 0.0
+        prefix = "" if node.index == 0 else f"{node.name}| "
+        for stream, sink in ((p.stdout, self.out), (p.stderr, self.err)):
+            t = threading.Thread(target=self._pump, args=(stream, sink, prefix), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def mpirun_node_argv(self, argv: list[str]) -> list[str]:
+        """mpirun in node0 (bench.simcluster.mpi), with its launch agent and hostfile written to this
+        invocation's temporary directory: `python argv...` as nodes x ranks per node ranks, node0's
+        started by mpirun, every other node's by the orted the agent starts in that node."""
+        nodes, tmp = self.net.nodes, Path(self.tmp)
+        names = [n.name for n in nodes]
+        agent, hosts = tmp / "agent", tmp / "hostfile"
+        agent.write_text(mpi.agent_script({n.name: n.netns for n in nodes}, str(self.hosts_file),
+                                          {n.name: n.ifname for n in nodes}, self.agent_cgroups()))
+        agent.chmod(0o755)
+        hosts.write_text(mpi.hostfile(names, self.ranks_per_node))
+        self.mpirun = mpi.mpirun_argv(self.python, argv, names, self.ranks_per_node, str(agent), str(hosts),
+                                      master_addr=nodes[0].address)
+        return mpi.in_node(nodes[0].netns, nodes[0].name, str(self.hosts_file), self.mpirun)
+
+    def agent_cgroups(self) -> dict[str, str]:
+        """Node name -> the cgroup.procs the agent joins in that node: the node's quota cgroup, or,
+        where node0 has a quota (mpirun and all it starts are in node0's cgroup), the cgroup
+        simcluster itself runs in, so that node0's quota stays node0's. Each path goes through
+        /proc/<simcluster's pid>/root: the agent runs in node0's mount namespace, whose /sys is the
+        sysfs `ip netns exec` mounted, without /sys/fs/cgroup (mpi.agent_script)."""
+        node_groups = {g.quota.node: g for g in self.groups if g.quota.rank is None}
+        home = None
+        if 0 in node_groups:
+            g0 = node_groups[0]
+            home = mpi.own_cgroup_procs(str(g0.path.parent), g0.version, Path("/proc/self/cgroup").read_text())
+        out = {}
+        for n in self.net.nodes[1:]:
+            g = node_groups.get(n.index)
+            if g or home:
+                out[n.name] = f"/proc/{os.getpid()}/root" + (str(g.path / "cgroup.procs") if g else home)
+        return out
 
     def submit(self, argv: list[str]):
         """The command as one batch job (`sbatch --wait`): its output files followed as they grow."""
@@ -296,6 +353,10 @@ class SimCluster:
 
     def facts(self, command: list[str]) -> dict:
         """meta.json's `simcluster` block."""
+        def _line(argv: list[str]) -> str:
+            return " ".join(shlex.quote(a) for a in argv)
+
+        launch = self.mpirun if self.launcher == "mpirun" else self.torchrun[0] if self.torchrun else []
         nodes = [{"name": n.name, "hostname": n.name, "namespace": n.netns, "interface": n.ifname,
                   "address": n.address, "ranks": self.ranks_per_node, "link_rate_bits_s": n.rate_bits_s,
                   "link_rate": format_rate(n.rate_bits_s)} for n in self.net.nodes]
@@ -304,7 +365,9 @@ class SimCluster:
                 "world": len(nodes) * self.ranks_per_node, "added_delay_s": 0.0,
                 "delay": "none: netem is not available, only the rate is shaped",
                 "command_line": " ".join(shlex.quote(a) for a in command),
-                "torchrun": " ".join(shlex.quote(a) for a in self.torchrun[0]) if self.torchrun else "",
+                # how the ranks were started: node0's torchrun line, or mpirun's (under Slurm None: see `scheduler`)
+                "launch": None if self.slurm else {"launcher": self.launcher, "command_line": _line(launch)},
+                **({} if self.launcher == "mpirun" else {"torchrun": _line(self.torchrun[0] if self.torchrun else [])}),
                 "recorded_utc": utc_now(), **self.net.facts(), "cpu_quotas": [g.facts() for g in self.groups],
                 "scheduler": self.slurm.facts(self.job_id) if self.slurm else None}
 
@@ -401,9 +464,10 @@ def mark_run(run_dir: str, facts: dict) -> bool:
 
 def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None, err=None, pairs: dict | None = None,
              quotas: list | None = None, controller: cpu.Controller | None = None, scheduler: str | None = None,
-             keep: bool = False) -> int:
+             keep: bool = False, launcher: str = "torchrun") -> int:
     """The whole command: build, run, record, tear down (on any exit; a kept cluster stays up once
-    built). Exit code: the nodes' (under Slurm: the job's, as `sbatch --wait` gives it)."""
+    built). Exit code: the nodes' (under Slurm: the job's, as `sbatch --wait` gives it; under
+    mpirun: mpirun's, the lowest failed rank's)."""
     argv = inner_argv(command) if command or not keep else []
     err = err or sys.stderr
 
@@ -416,7 +480,7 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
         err.write(f"distbench: simcluster: removed {len(stale)} namespace(s) left by an invocation that was killed: "
                   f"{', '.join(stale)}\n")
     cluster = SimCluster(rates, ranks_per_node, out=out, err=err, pairs=pairs, quotas=quotas, controller=controller,
-                         scheduler=scheduler, keep=keep)
+                         scheduler=scheduler, keep=keep, launcher=launcher)
     try:
         with cluster:
             err.write(f"distbench: simcluster {cluster.net.id}: {len(rates)} node(s) x {ranks_per_node} rank(s), "
@@ -434,6 +498,7 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
             cluster.start(argv)
             code = cluster.wait()
             if cluster.slurm:
+                code = cluster.slurm.exit_code(cluster.job_id, code)
                 err.write(f"distbench: simcluster: {cluster.slurm.job_line(cluster.job_id, code)}\n")
             for line in cluster.quota_lines():
                 err.write(f"distbench: simcluster: {line}\n")
