@@ -17,7 +17,8 @@ spec.loader.exec_module(da)
 
 def _args(*argv):
     a = argparse.Namespace(reps=2, ranks_per_node=2, link="1gbit", slow_link_rate="200mbit", slow_node_rate="100mbit",
-                           quota="rank5=25%", doctor_args="--reps 3 --no-groups", timeout_s=60, jsonl=None)
+                           quota="rank5=25%", doctor_args="--reps 3 --no-groups", timeout_s=60, jsonl=None,
+                           nodes=4, scenarios=list(da.SCENARIOS))
     for k, v in (x.split("=", 1) for x in argv):
         setattr(a, k, v)
     return a
@@ -35,6 +36,22 @@ def test_scenarios_interleave_and_inject_what_they_say():
     assert da.command(_args(), scs["link"]) == [
         sys.executable, "-m", "bench", "simcluster", "--nodes", "4", "--ranks-per-node", "2", "--link", "1gbit",
         "--link-of", "node0-node2=200mbit", "--", "distbench", "doctor", "--reps", "3", "--no-groups"]
+
+
+def test_a_sweep_slice_at_three_nodes():
+    """--nodes and --scenarios: the sensitivity study's slices (docs/doctor.md)."""
+    a = _args(*["quota=rank2=25%"])
+    a.nodes, a.scenarios = 3, ["healthy", "node"]
+    scs = da.scenarios(a)
+    assert list(scs) == ["healthy", "node"] and da.command(a, scs["node"])[5] == "3"
+    assert da.schedule(2, ["healthy", "node"]) == ["healthy", "node", "healthy", "node"]
+
+
+@pytest.mark.parametrize("argv,message", [(["--nodes", "2"], "--nodes 2: allowed 3 .. 8"),
+                                          (["--scenarios", "node,bogus"], "--scenarios bogus: allowed")])
+def test_bad_sweep_options(argv, message, capsys):
+    assert da.main(argv) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_bad_options_are_one_line_exit_2(capsys):

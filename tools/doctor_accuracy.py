@@ -63,29 +63,32 @@ class Scenario:
 
 
 def scenarios(a) -> dict[str, Scenario]:
-    (quota,) = parse_quotas([a.quota], NODES, a.ranks_per_node)  # checked here: one line, before any run
-    parse_links(NODES, a.link, [f"node{SLOW_PAIR[0]}-node{SLOW_PAIR[1]}={a.slow_link_rate}",
-                                f"node{SLOW_NODE}={a.slow_node_rate}"])
+    """The chosen scenarios (a.scenarios), each checked here: one line, before any run."""
+    quota = parse_quotas([a.quota], a.nodes, a.ranks_per_node)[0] if "compute" in a.scenarios else None
+    parse_links(a.nodes, a.link, [f"node{SLOW_PAIR[0]}-node{SLOW_PAIR[1]}={a.slow_link_rate}",
+                                  f"node{SLOW_NODE}={a.slow_node_rate}"])
     pair = f"node{SLOW_PAIR[0]}-node{SLOW_PAIR[1]}"
-    return {s.name: s for s in (
+    every = [
         Scenario(name="healthy", fault="none", args=(), injected=None),
         Scenario(name="link", fault=f"{pair} at {a.slow_link_rate}", args=("--link-of", f"{pair}={a.slow_link_rate}"),
                  injected=f"link node{SLOW_PAIR[0]} <-> node{SLOW_PAIR[1]}"),
         Scenario(name="node", fault=f"node{SLOW_NODE}'s link at {a.slow_node_rate}",
                  args=("--link-of", f"node{SLOW_NODE}={a.slow_node_rate}"), injected=f"node node{SLOW_NODE}"),
-        Scenario(name="compute", fault=f"{quota.target} at {quota.percent:g}% of one CPU",
-                 args=("--cpu-quota-of", a.quota), injected=f"rank {quota.rank} compute" if quota.rank is not None
-                 else f"node node{quota.node}"),
-    )}
+    ]
+    if quota:
+        every.append(Scenario(name="compute", fault=f"{quota.target} at {quota.percent:g}% of one CPU",
+                              args=("--cpu-quota-of", a.quota),
+                              injected=f"rank {quota.rank} compute" if quota.rank is not None else f"node node{quota.node}"))
+    return {s.name: s for s in every if s.name in a.scenarios}
 
 
-def schedule(reps: int) -> list[str]:
+def schedule(reps: int, names=SCENARIOS) -> list[str]:
     """Interleaved: healthy, link, node, compute, healthy, ... (never all of one scenario in a row)."""
-    return [name for _ in range(reps) for name in SCENARIOS]
+    return [name for _ in range(reps) for name in names]
 
 
 def command(a, sc: Scenario) -> list[str]:
-    return [sys.executable, "-m", "bench", "simcluster", "--nodes", str(NODES), "--ranks-per-node",
+    return [sys.executable, "-m", "bench", "simcluster", "--nodes", str(a.nodes), "--ranks-per-node",
             str(a.ranks_per_node), "--link", a.link, *sc.args, "--", "distbench", "doctor", *shlex.split(a.doctor_args)]
 
 
@@ -194,7 +197,10 @@ def run_one(a, sc: Scenario, procs: list) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10, help="runs of each scenario (default 10)")
-    ap.add_argument("--ranks-per-node", dest="ranks_per_node", type=int, default=1, help="default 1 (4 nodes)")
+    ap.add_argument("--nodes", type=int, default=NODES, help=f"nodes of the simulated cluster, 3 .. 8 (default {NODES})")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
+                    help=f"a comma list of {', '.join(SCENARIOS)} (default all, interleaved in that order)")
+    ap.add_argument("--ranks-per-node", dest="ranks_per_node", type=int, default=1, help="default 1")
     ap.add_argument("--link", default="1gbit", help="every node's link (default 1gbit)")
     ap.add_argument("--slow-link-rate", dest="slow_link_rate", default="200mbit",
                     help="the link scenario: node0 <-> node2 at this rate (default 200mbit)")
@@ -210,6 +216,12 @@ def main(argv=None) -> int:
     try:
         if a.reps < 1 or a.ranks_per_node < 1:
             raise BenchError(f"--reps {a.reps} and --ranks-per-node {a.ranks_per_node} must be >= 1")
+        if not 3 <= a.nodes <= 8:
+            raise BenchError(f"--nodes {a.nodes}: allowed 3 .. 8 (the node and link scenarios need a third node)")
+        a.scenarios = [x.strip() for x in a.scenarios.split(",") if x.strip()]
+        bad = [x for x in a.scenarios if x not in SCENARIOS]
+        if bad or not a.scenarios:
+            raise BenchError(f"--scenarios {','.join(bad) or '(none)'}: allowed {', '.join(SCENARIOS)}")
         scs = scenarios(a)
     except BenchError as e:
         print(f"doctor_accuracy: error: {e}", file=sys.stderr)
@@ -220,7 +232,7 @@ def main(argv=None) -> int:
         raise Stopped(signum)
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
-    plan = schedule(a.reps)
+    plan = schedule(a.reps, [n for n in SCENARIOS if n in a.scenarios])
     try:
         for i, name in enumerate(plan, 1):
             rec = run_one(a, scs[name], procs)
