@@ -388,7 +388,7 @@ def adopt_launcher_env(env=os.environ) -> str | None:
     """Write torchrun's variables into `env` when MPI or Slurm started us (init_process_group's
     env:// reads them); returns the launcher's name (None: self-launch)."""
     kind = launcher(env)
-    if kind in ("mpi", "slurm") and env.get(ADOPTED) != kind:
+    if kind in ("mpi", "slurm") and "RANK" not in env:
         env.update({**torch_env(env), ADOPTED: kind})
     return kind
 
