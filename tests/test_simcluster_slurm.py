@@ -314,3 +314,16 @@ def test_a_node_that_dies_mid_job_ends_it_in_bounded_time_naming_the_node(tmp_pa
     (run_dir,) = (tmp_path / "collectives").iterdir()
     assert len(json.loads((run_dir / "meta.json").read_text())["launches"]["2"]["done"]) >= 1
     assert _left(id_) == [] and _no_daemons(id_) == []
+
+
+@needs_slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", [["pipeline", "--chunks", "2"], ["strategies"], ["allreduce", "--sizes", "4K"]])
+def test_every_kind_runs_from_srun_s_own_variables(kind, tmp_path):
+    """No wrapper: each task of the job's srun step is a rank (collectives and doctor: above)."""
+    r = _cli("--nodes", "2", "--link", "1gbit", "--scheduler", "slurm", "--", "distbench", *kind, "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run_dir,) = (tmp_path / kind[0]).iterdir()
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["launcher"] == "slurm" and meta["launcher_facts"]["ntasks"] == "2"
+    assert sorted({h for launch in meta["launches"].values() for h in launch["hosts"]}) == ["node0", "node1"]

@@ -12,7 +12,6 @@ workers; then SIGKILL to anything left, found by `ip netns pids`, since torchrun
 sessions of their own), removes the CPU-quota cgroups (bench.simcluster.cpu) and deletes the namespaces.
 """
 
-import ctypes
 import functools
 import json
 import os
@@ -31,7 +30,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.results.metadata import utc_now
 from bench.results.rundir import RESULTS_LINE, RunDir
-from bench.simcluster import cpu, mpi, slurm
+from bench.simcluster import cpu, mpi, proc, slurm
 from bench.simcluster.net import (KEPT, RENDEZVOUS_PORT, Network, format_rate, id_of, kept, leftover_namespaces,
                                   owner_pid, remove_namespace, remove_stale)
 
@@ -192,7 +191,7 @@ class SimCluster:
         procs = str(group.path / "cgroup.procs") if group else None
         p = subprocess.Popen(argv, env=self.env(node), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                             preexec_fn=functools.partial(_in_child, procs))
+                             preexec_fn=functools.partial(proc.in_child, True, procs))
         self.procs.append(p)
         if group and p.pid in group.members():  # joined before exec: all it starts inherits the cgroup
             group.pids.append(p.pid)
@@ -302,12 +301,12 @@ class SimCluster:
         live = [p for p in self.procs if p.poll() is None]
         self.stopping = self.stopping or bool(live)
         for p in live:
-            _signal_group(p.pid, signal.SIGTERM)
+            proc.signal_group(p.pid, signal.SIGTERM)
         end = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < end and (any(p.poll() is None for p in live) or self.net.pids()):
             time.sleep(0.1)
         for p in live:
-            _signal_group(p.pid, signal.SIGKILL)
+            proc.signal_group(p.pid, signal.SIGKILL)
         for _ in range(50):  # workers run in sessions of their own: whatever is still in a namespace
             pids = self.net.pids()
             if not pids:
@@ -385,30 +384,6 @@ class SimCluster:
                 out.append(f"warning: --cpu-quota-of {g.describe()} was never applied: no process of {g.quota.target} "
                            f"appeared in node{g.quota.node}'s namespace (or none could join {g.path})")
         return out + [f"warning: {e}" for e in (self.watcher.errors if self.watcher else [])]
-
-
-def _in_child(cgroup_procs: str | None):
-    """In each node's process before exec: SIGKILL it when simcluster dies (kill -9), so no agent
-    is left; distbench's ranks die with their agent (bench.harness.rank), the namespaces are
-    removed by the next invocation (net.remove_stale). With a node quota, it joins the node's
-    cgroup here, so everything it starts is born inside (a failure shows as a quota not applied)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-    if cgroup_procs:
-        try:
-            with open(cgroup_procs, "w") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            pass
-
-
-def _signal_group(pid: int, sig):
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _owner_alive(name: str) -> bool:

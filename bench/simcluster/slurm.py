@@ -26,7 +26,6 @@ exists, else cgroup/v1: a v1 or hybrid mount). Failure detection is short, so a 
 job in bounded time: `SlurmdTimeout` 10 s, `KillWait` 5 s, `srun --kill-on-bad-exit=1`.
 """
 
-import ctypes
 import functools
 import os
 import re
@@ -38,6 +37,7 @@ import time
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.simcluster import proc
 
 HEAD = "head"  # the controller's (and submit host's) name
 HEAD_ADDRESS_SUFFIX = 254  # 10.213.0.254 on the switch's bridge
@@ -184,7 +184,7 @@ class Slurm:
         procs = str(cgroup.path / "cgroup.procs") if cgroup else None
         self.procs[host] = subprocess.Popen(self._inside(netns, host, argv, munged=True), env=self.env,
                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                            preexec_fn=functools.partial(_in_child, not self.keep, procs))
+                                            preexec_fn=functools.partial(proc.in_child, not self.keep, procs))
         log.close()
         if cgroup and self.procs[host].pid in cgroup.members():  # a node's quota: its slurmd and all it starts
             cgroup.pids.append(self.procs[host].pid)
@@ -241,7 +241,7 @@ class Slurm:
         self.test_only(script)
         p = subprocess.Popen(self.on_head(["sbatch", "--wait", "--parsable", str(script)]), env=self.env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                             preexec_fn=functools.partial(_in_child, True, None))
+                             preexec_fn=functools.partial(proc.in_child, True, None))
         return p, out, err
 
     def test_only(self, script: Path):
@@ -274,13 +274,13 @@ class Slurm:
                 pass
         for p in self.procs.values():
             if p.poll() is None:
-                _signal_group(p.pid, signal.SIGTERM)
+                proc.signal_group(p.pid, signal.SIGTERM)
         end = time.monotonic() + KILL_WAIT_S
         while time.monotonic() < end and any(p.poll() is None for p in self.procs.values()):
             time.sleep(0.05)
         for p in self.procs.values():
             if p.poll() is None:
-                _signal_group(p.pid, signal.SIGKILL)
+                proc.signal_group(p.pid, signal.SIGKILL)
             try:
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -337,29 +337,6 @@ class Slurm:
                 "munge": "one munged per host (its own socket directory, one key)",
                 "cgroup_plugin": cgroup_plugin(), "slurm_conf": self.conf.read_text() if self.conf.exists() else "",
                 "started_s": self.started_s}
-
-
-def _in_child(die_with_parent: bool, cgroup_procs: str | None):
-    """Before exec: SIGKILL this daemon when simcluster dies (kill -9), unless the cluster is kept;
-    with a node's CPU quota, join its cgroup so that everything the node starts is born inside."""
-    if die_with_parent:
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-        except (OSError, AttributeError):
-            pass
-    if cgroup_procs:
-        try:
-            with open(cgroup_procs, "w") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            pass
-
-
-def _signal_group(pid: int, sig):
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # ---- one batch job ---------------------------------------------------------------------------------
