@@ -45,6 +45,8 @@ def test_a_sweep_slice_at_three_nodes():
     scs = da.scenarios(a)
     assert list(scs) == ["healthy", "node"] and da.command(a, scs["node"])[5] == "3"
     assert da.schedule(2, ["healthy", "node"]) == ["healthy", "node", "healthy", "node"]
+    recs = [{"scenario": "node", "suspects": ["node node1"], "wall_s": 5.0}]
+    assert [r["scenario"] for r in da.tally(recs, scs)] == ["healthy", "node"]  # only the chosen ones
 
 
 @pytest.mark.parametrize("argv,message", [(["--nodes", "2"], "--nodes 2: allowed 3 .. 8"),

@@ -140,7 +140,7 @@ def run_dir_of(stdout: str) -> str | None:
 
 def tally(records: list[dict], scs: dict[str, Scenario]) -> list[dict]:
     rows = []
-    for name in SCENARIOS:
+    for name in (n for n in SCENARIOS if n in scs):  # the scenarios chosen (--scenarios)
         mine = [r for r in records if r["scenario"] == name]
         judged = [r for r in mine if r["suspects"] is not None]
         walls = [r["wall_s"] for r in judged]
