@@ -33,7 +33,9 @@ class DoctorConfig(RunConfig):
     # The verdict (docs/doctor.md): a value is an outlier of its class when it is worse than the
     # class median by more than mad_k scaled MADs AND by more than the relative floor.
     mad_k: float = 4.0  # MADs (scaled by 1.4826: one sigma of a normal sample)
-    min_shortfall: float = 0.3  # bandwidth: at least 30% below the class median
+    min_shortfall: float = 0.3  # bandwidth: at least 30% below the class median (a rank pair)
+    node_shortfall: float = 0.2  # a node's or a node link's median bandwidth: at least this far below the pairs
+    # it is judged against (a median over many rank pairs is steadier than one pair: docs/doctor.md)
     latency_excess: float = 1.0  # latency: at least 100% above the class median (2x)
     latency_verdict: str = "auto"  # on | off | auto: judged unless ranks shared cores (oversubscribed)
     compute_excess: float = 0.3  # compute time: at least 30% above the median rank
@@ -60,14 +62,15 @@ class DoctorConfig(RunConfig):
             raise BenchError(f"compute_statistic '{self.compute_statistic}' is not one of min, median")
         if self.compute_mode not in COMPUTE_MODES:
             raise BenchError(f"compute_mode '{self.compute_mode}' is not one of {', '.join(COMPUTE_MODES)}")
-        for field in ("mad_k", "min_shortfall", "latency_excess", "compute_excess"):
+        for field in ("mad_k", "min_shortfall", "node_shortfall", "latency_excess", "compute_excess"):
             if not getattr(self, field) > 0:
                 raise BenchError(f"{field} {getattr(self, field)} must be > 0")
-        if not self.min_shortfall < 1:
-            raise BenchError(f"min_shortfall {self.min_shortfall} must be < 1 (a share of the class median)")
+        for field in ("min_shortfall", "node_shortfall"):
+            if not getattr(self, field) < 1:
+                raise BenchError(f"{field} {getattr(self, field)} must be < 1 (a share of the class median)")
         if not self.group_factor >= 0:
             raise BenchError(f"group_factor {self.group_factor} must be >= 0 (0: groups are shown, not judged)")
 
     def thresholds(self) -> dict:
-        return {k: getattr(self, k) for k in ("mad_k", "min_shortfall", "latency_excess", "compute_excess",
+        return {k: getattr(self, k) for k in ("mad_k", "min_shortfall", "node_shortfall", "latency_excess", "compute_excess",
                                               "group_factor", "latency_verdict", "compute_statistic")}

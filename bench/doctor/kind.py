@@ -51,6 +51,9 @@ def add_options(p):
     p.add_argument("--mad-k", dest="mad_k", type=float, default=None, help="outlier: more than K MADs (default 4)")
     p.add_argument("--min-shortfall", dest="min_shortfall", type=float, default=None,
                    help="bandwidth outlier: also this share below the class median (default 0.3)")
+    p.add_argument("--node-shortfall", dest="node_shortfall", type=float, default=None,
+                   help="a node's or node link's median bandwidth: also this share below the pairs it is judged "
+                   "against (default 0.3)")
     p.add_argument("--latency-excess", dest="latency_excess", type=float, default=None,
                    help="latency outlier: also this share above the class median (default 1.0)")
     p.add_argument("--latency-verdict", dest="latency_verdict", default=None,
@@ -65,7 +68,7 @@ def add_options(p):
 
 def options(args) -> dict:
     ov = overrides(args, ("reps", "warmup", "compute_n", "compute_reps", "compute_iters", "groups", "mad_k", "min_shortfall",
-                          "latency_excess", "compute_excess", "group_factor"))
+                          "node_shortfall", "latency_excess", "compute_excess", "group_factor"))
     for name in ("small_bytes", "large_bytes", "group_bytes", "compute_mode", "latency_verdict", "compute_statistic"):  # one value each, not lists
         if getattr(args, name, None) is not None:
             ov[name] = args.__dict__[name]

@@ -66,7 +66,8 @@ def doctor_summary(run) -> str:
         exp = "no expectation" if not math.isfinite(g.expected_s) else \
             f"expected {fmt_s(g.expected_s)} from the pair matrix ({g.ratio:.2f}x)"
         out.append(f"# group {g.group} [{g.ranks}] all_reduce {g.size} B: {fmt_s(g.t)}, {exp}")
-    out.append(f"# thresholds: {th.mad_k:g} MADs and {th.min_shortfall:.0%} below (bandwidth), "
+    out.append(f"# thresholds: {th.mad_k:g} MADs and {th.min_shortfall:.0%} below (bandwidth; nodes and node links "
+               f"{th.node_shortfall:.0%}), "
                f"+{th.latency_excess:.0%} (latency), +{th.compute_excess:.0%} (compute)"
                + (f", groups {th.group_factor:g}x" if th.group_factor > 0 else ", groups shown only")
                + ("" if latency_judged(th, oversubscribed_rows(res)) else

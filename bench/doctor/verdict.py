@@ -8,9 +8,10 @@ than a relative floor (`min_shortfall` for bandwidth, `latency_excess` for laten
 
 Order of attribution, each step on what the steps before left unexplained:
 1. compute: each rank's matmul time against the median rank;
-2. nodes (>= 3 nodes): each node's median inter-node bandwidth over the pairs touching it, against
-   the inter-node pairs that do not touch it (leave one out, so that a slow node does not dilute its
-   healthy peers; a slow node explains its pairs);
+2. nodes (>= 3 nodes): each node's bandwidth with its fastest peer node (the median of the rank
+   pairs between them), against the inter-node pairs that do not touch it (leave one out, so that
+   a slow node does not dilute its healthy peers, and a slow link is not taken for a slow node; a
+   slow node explains its pairs);
 3. node links (>= 3 nodes): the median bandwidth of the rank pairs from node A to node B, per
    direction, against the other directed node pairs (`link A <-> B`, or `link A -> B` when one
    direction only);
@@ -36,6 +37,7 @@ MB = 1e6  # evidence in MB/s (10^6 bytes per second)
 class Thresholds:
     mad_k: float = 4.0
     min_shortfall: float = 0.3
+    node_shortfall: float = 0.2  # the node and node-link steps' floor (medians over many pairs)
     latency_excess: float = 1.0
     compute_excess: float = 0.3
     group_factor: float = 0.0
@@ -146,10 +148,13 @@ def compute_suspects(comp: pd.DataFrame, th: Thresholds) -> list[Suspect]:
 
 
 def node_suspects(inter: pd.DataFrame, th: Thresholds) -> list[Suspect]:
-    """Each node's median bandwidth over the inter-node pairs touching it, against the median and
-    MAD of the pairs that do not touch it (leave one out). Judged against the other nodes' scores
-    instead, a slow node dilutes its healthy peers: at 3 nodes each of them has half its pairs with
-    the slow one, scores (s + 1) / 2, and a node at 0.6x read only 25% below them (issue 47)."""
+    """A node is slow when even its fastest peer is slow with it: its score is the best, over the
+    other nodes, of the median bandwidth of the rank pairs between it and that node (both ways),
+    judged against the median and MAD of the inter-node pairs that do not touch it (leave one out).
+    A slow node slows every one of its node links; a slow link between two nodes slows one of
+    theirs (the node-link step names it). Judged against the other nodes' own medians instead, a
+    slow node diluted its healthy peers: at 3 nodes each of them has half its pairs with the slow
+    one and scores (s + 1) / 2, so a node at 0.6x read only 25% below them."""
     nodes = sorted(set(inter["src_node"]) | set(inter["dst_node"]))
     if len(nodes) < 3:
         return []
@@ -159,15 +164,17 @@ def node_suspects(inter: pd.DataFrame, th: Thresholds) -> list[Suspect]:
         t, rest = inter[near], inter[~near]
         if t.empty or rest.empty:
             continue
-        score = float(np.median(t["bw"]))
+        peer = np.where(t["src_node"] == n, t["dst_node"], t["src_node"])
+        by_peer = t.groupby(peer)["bw"].median()
+        score, best = float(by_peer.max()), str(by_peer.idxmax())
         med, mad = robust(rest["bw"])
-        m = low(score, med, mad, th.mad_k, th.min_shortfall)
+        m = low(score, med, mad, th.mad_k, th.node_shortfall)
         if m is not None:
             out.append(Suspect(name=f"node {n}", scope="node", factor=med / score, mads=m,
                                explains=tuple(zip(t["src"], t["dst"])),
-                               evidence=f"node {n}: {fmt_bw(score)} median over its {len(t)} inter-node pairs, "
-                                        f"median of the {len(rest)} pairs that do not touch it {fmt_bw(med)}, "
-                                        f"{fmt_mads(m)} below ({score / med - 1:.0%})"))
+                               evidence=f"node {n}: {fmt_bw(score)} with its fastest peer ({best}; median over the "
+                                        f"pairs between them), median of the {len(rest)} inter-node pairs that do not "
+                                        f"touch it {fmt_bw(med)}, {fmt_mads(m)} below ({score / med - 1:.0%})"))
     return out
 
 
@@ -179,7 +186,7 @@ def node_link_suspects(inter: pd.DataFrame, th: Thresholds) -> list[Suspect]:
     groups = {k: g for k, g in inter.groupby(["src_node", "dst_node"])}
     score = {k: float(np.median(g["bw"])) for k, g in groups.items()}
     med, mad = robust(score.values())
-    flagged = {k: m for k in score if (m := low(score[k], med, mad, th.mad_k, th.min_shortfall)) is not None}
+    flagged = {k: m for k in score if (m := low(score[k], med, mad, th.mad_k, th.node_shortfall)) is not None}
     out, seen = [], set()
     for (a, b), m in sorted(flagged.items(), key=lambda kv: score[kv[0]]):
         if (a, b) in seen:
