@@ -20,7 +20,7 @@ from bench.cli import main
 from bench.errors import BenchError
 from bench.simcluster import net
 from bench.simcluster.net import Network, leftover_namespaces, node_rates, parse_rate, tbf_burst_bytes
-from bench.simcluster.run import inner_argv
+from bench.simcluster.command import inner_argv
 from conftest import ROOT
 
 

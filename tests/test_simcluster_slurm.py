@@ -140,7 +140,7 @@ def test_refused_without_slurm_naming_the_debian_packages(monkeypatch, capsys):
 def test_down_of_an_unknown_id_names_the_kept_ones(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr("bench.simcluster.net.missing_tools", lambda: [])
-    monkeypatch.setattr("bench.simcluster.run.kept", lambda: {})
+    monkeypatch.setattr("bench.simcluster.net.kept", lambda: {})
     assert main(["simcluster", "--down", "ffffx0000"]) == 2
     assert "no kept cluster of that id; kept: none" in capsys.readouterr().err
 

@@ -7,7 +7,9 @@ import argparse
 from bench.errors import BenchError
 from bench.simcluster import cpu, mpi, slurm
 from bench.simcluster.net import MAX_NODES, check_can_run, parse_links
-from bench.simcluster.run import LAUNCHERS, down, inner_argv, simulate
+from bench.simcluster.kept import down
+from bench.simcluster.command import inner_argv
+from bench.simcluster.run import LAUNCHERS, simulate
 
 SCHEDULERS = ("none", "slurm")
 

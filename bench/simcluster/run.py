@@ -31,8 +31,9 @@ from bench.errors import BenchError
 from bench.results.metadata import utc_now
 from bench.results.rundir import RESULTS_LINE, RunDir
 from bench.simcluster import cpu, mpi, proc, slurm
-from bench.simcluster.net import (KEPT, RENDEZVOUS_PORT, Network, format_rate, id_of, kept, leftover_namespaces,
-                                  owner_pid, remove_namespace, remove_stale)
+from bench.simcluster import kept
+from bench.simcluster.command import inner_argv
+from bench.simcluster.net import KEPT, RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces, remove_stale
 
 KEPT_LINE = re.compile(r"finished cases are kept in (\S+?);")  # a failed or interrupted run
 WORKER_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank")  # torchrun's agent on a failed worker
@@ -49,26 +50,6 @@ class Stopped(Exception):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-
-
-def inner_argv(command: list[str]) -> list[str]:
-    """What torchrun runs, from the command after `--`: `distbench KIND ...` and `python -m MOD ...`
-    become `-m bench KIND ...` / `-m MOD ...`; a script `x.py ...` stays as it is."""
-    if not command:
-        raise BenchError("simcluster: no command after `--`; e.g. distbench simcluster --nodes 2 --link 500mbit "
-                         "-- distbench collectives -c all_reduce --sizes 1M")
-    head, rest = command[0], command[1:]
-    if Path(head).name == "distbench" or command[:3] == ["python", "-m", "bench"]:
-        rest = rest if Path(head).name == "distbench" else rest[2:]
-        if rest[:1] == ["simcluster"]:
-            raise BenchError("simcluster: the command inside a simulated cluster cannot be simcluster itself")
-        return ["-m", "bench", *rest]
-    if re.fullmatch(r"python[0-9.]*", Path(head).name) and len(rest) >= 2 and rest[0] == "-m":
-        return ["-m", *rest[1:]]
-    if head.endswith(".py"):
-        return command
-    raise BenchError(f"simcluster: cannot run '{head}' under torchrun; give `distbench KIND ...`, "
-                     "`python -m MODULE ...` or a script `path.py ...`")
 
 
 LAUNCHERS = ("torchrun", "mpirun")
@@ -386,48 +367,6 @@ class SimCluster:
         return out + [f"warning: {e}" for e in (self.watcher.errors if self.watcher else [])]
 
 
-def _owner_alive(name: str) -> bool:
-    pid = owner_pid(name)  # a name not of this module's form is left alone; a kept cluster's too
-    return pid is None or os.path.exists(f"/proc/{pid}") or id_of(name) in kept()
-
-
-def kept_lines(cluster: SimCluster) -> list[str]:
-    """What a person needs to use a kept cluster, and to remove it."""
-    out = [f"distbench: simcluster {cluster.net.id} is kept up (--keep-up): nodes "
-           + ", ".join(f"{n.name} ({n.netns}, {n.address})" for n in cluster.net.nodes)]
-    if cluster.slurm:
-        bin_ = cluster.slurm.root / "bin"
-        out += [f"  submit to its Slurm (partition {slurm.PARTITION}) with the wrappers in {bin_}:",
-                f"    export PATH={bin_}:$PATH",
-                "    sinfo; sbatch --wait job.sh; squeue; scancel JOBID",
-                f"  (each runs on the head host: ip netns exec {cluster.net.switch} ..., SLURM_CONF={cluster.slurm.conf})"]
-    out.append(f"  tear it down with: distbench simcluster --down {cluster.net.id}   (or --down all)")
-    return out
-
-
-def down(ids: list[str], err=None) -> int:
-    """Tear down kept clusters: every process in their namespaces, the namespaces, their CPU-quota
-    cgroups and temporary directories. 'all' names every kept cluster. Exit 2 for an unknown id."""
-    err = err or sys.stderr
-    have = kept()
-    want = sorted(have) if ids == ["all"] else ids
-    unknown_ = [i for i in want if i not in have]
-    if unknown_:
-        raise BenchError(f"simcluster --down {','.join(unknown_)}: no kept cluster of that id; kept: "
-                         f"{', '.join(sorted(have)) or 'none'}")
-    for id_ in want:
-        tmp = have[id_]
-        removed = [ns for ns in leftover_namespaces(id_) if remove_namespace(ns)]
-        removed += cpu.remove_stale(lambda name: id_of(name) != id_ and _owner_alive(name))
-        shutil.rmtree(tmp, ignore_errors=True)
-        left = leftover_namespaces(id_)
-        err.write(f"distbench: simcluster {id_}: torn down ({len(removed)} namespace(s) and cgroup(s) removed"
-                  + (f"; left: {', '.join(left)}" if left else "") + ")\n")
-    if not want:
-        err.write("distbench: simcluster: no kept cluster\n")
-    return 0
-
-
 def mark_run(run_dir: str, facts: dict) -> bool:
     """Add the `simcluster` block to the stored run's meta.json; False when there is no run there."""
     rd = RunDir.at(run_dir)
@@ -450,7 +389,7 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
         raise Stopped(signum)
 
     handlers = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
-    stale = remove_stale() + cpu.remove_stale(_owner_alive)
+    stale = remove_stale() + cpu.remove_stale(kept.owner_alive)
     if stale:
         err.write(f"distbench: simcluster: removed {len(stale)} namespace(s) left by an invocation that was killed: "
                   f"{', '.join(stale)}\n")
@@ -467,7 +406,7 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
                 err.write(f"distbench: simcluster: {cluster.slurm.summary()}\n")
             err.flush()
             if not argv:  # --keep-up with no command: the cluster is all there is to do
-                for line in kept_lines(cluster):
+                for line in kept.lines(cluster):
                     err.write(line + "\n")
                 return 0
             cluster.start(argv)
@@ -482,7 +421,7 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
                 if mark_run(path, cluster.facts(command)):
                     err.write(f"distbench: simcluster: {cluster.run_dir}/meta.json records the simulated cluster\n")
             if keep:
-                for line in kept_lines(cluster):
+                for line in kept.lines(cluster):
                     err.write(line + "\n")
             return code
     except KeyboardInterrupt:
