@@ -182,6 +182,19 @@ def _resume_state(kind: Kind, cfg, run_id: str) -> tuple[Path, frozenset, dict]:
     return run_dir, done, meta
 
 
+def _resumption(kind: Kind, cfg, run_id: str, meta: dict, record: bool) -> tuple[Path, frozenset, dict]:
+    """(run dir, unit keys done, this launch's meta without the first launch's start) for --resume;
+    with record=True the run is marked running again and the resumption (when, command, launcher,
+    cases done before) appended to its `resumed` list."""
+    run_dir, skip, _ = _resume_state(kind, cfg, run_id)
+    meta = {k: v for k, v in meta.items() if k not in ("started_utc", "command_line")}
+    if record:
+        RunDir.at(run_dir).update_meta(lambda m: {**m, "state": "running", "resumed": [
+            *m.get("resumed", []), {"utc": utc_now(), "command_line": command_line(sys.argv), "done_before": len(skip),
+                                    "launcher": meta["launcher"], "launcher_facts": meta["launcher_facts"]}]})
+    return run_dir, skip, meta
+
+
 def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) -> int:
     """Exit code: 0 ok, 1 wrong results or a failed rank, 130 interrupted."""
     meta = {"command_line": command_line(sys.argv), "started_utc": utc_now(),
@@ -190,14 +203,8 @@ def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) ->
         lp = plan.launches[0]
         run_id, skip, prefix = None, frozenset(), lp.part_prefix
         if resume:  # every rank reads the run (results on the shared filesystem) and skips what is done
-            run_dir, skip, _ = _resume_state(kind, cfg, resume)
+            _, skip, meta = _resumption(kind, cfg, resume, meta, record=is_rank_zero())
             run_id, prefix = resume, lp.part_prefix + f"r{len(skip)}-"
-            meta = {k: v for k, v in meta.items() if k not in ("started_utc", "command_line")}
-            if is_rank_zero():
-                RunDir.at(run_dir).update_meta(lambda m: {**m, "state": "running", "resumed": [
-                    *m.get("resumed", []), {"utc": utc_now(), "command_line": command_line(sys.argv),
-                                            "done_before": len(skip), "launcher": meta["launcher"],
-                                            "launcher_facts": meta["launcher_facts"]}]})
         res = worker_main(Job(kind=kind, config=lp.config, backend=backend, world=lp.world, run_id=run_id, meta=meta,
                               launch_key=lp.key, part_prefix=prefix, skip=skip))
         if not is_rank_zero():
@@ -206,11 +213,8 @@ def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) ->
     _quiet_torch_launcher_logs()
     skip: frozenset = frozenset()
     if resume:
-        run_dir, skip, old = _resume_state(kind, cfg, resume)
+        run_dir, skip, meta = _resumption(kind, cfg, resume, meta, record=True)
         run_id = resume
-        meta = {k: v for k, v in meta.items() if k not in ("started_utc", "command_line")}
-        RunDir.at(run_dir).update_meta(lambda m: {**m, "state": "running", "resumed": [
-            *m.get("resumed", []), {"utc": utc_now(), "command_line": command_line(sys.argv), "done_before": len(skip)}]})
     else:
         run_id = new_run_id()
         run_dir = RunDir.of(cfg, run_id).path
