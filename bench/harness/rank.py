@@ -35,6 +35,7 @@ from bench.harness.session import Job, finish_meta, open_launch, start_meta
 from bench.results.metadata import utc_now
 from bench.results.rundir import RunDir
 from bench.results.store import RunWriter
+from bench.timing import deadline
 from bench.timing.progress import Progress
 
 CASE_TIMEOUT_EXIT = 124  # a rank's exit code when its case exceeded the wall-clock limit
@@ -67,29 +68,43 @@ def _die_with_parent():
 
 
 class Watchdog:
-    """Ends this rank (exit CASE_TIMEOUT_EXIT) when the armed unit outlives its limit."""
+    """Ends this rank (exit CASE_TIMEOUT_EXIT) when the armed unit outlives its limit. A derived
+    limit follows what the measured loop says the unit still needs (bench.timing.deadline): it
+    becomes at least now + NEED_MARGIN x that; a limit the user set stays as it is."""
 
     def __init__(self, rank: int, run_dir: Path | None = None):
         self.rank, self.deadline, self.what, self.run_dir = rank, None, "", run_dir
+        self.extendable, self.started = False, 0.0
         self._stopped = threading.Event()  # set when the launch ends: the thread never outlives it
+        self._unwatch = deadline.watch(self.extend)
         self.thread = threading.Thread(target=self._watch, daemon=True, name="distbench-watchdog")
         self.thread.start()
 
-    def arm(self, what: str, limit_s: float):
-        self.what, self.limit_s, self.deadline = what, limit_s, time.monotonic() + limit_s
+    def arm(self, what: str, limit_s: float, extendable: bool = False):
+        self.started = time.monotonic()
+        self.what, self.limit_s, self.deadline, self.extendable = what, limit_s, self.started + limit_s, extendable
+
+    def extend(self, seconds: float):
+        d = self.deadline
+        if d is None or not self.extendable:
+            return
+        want = time.monotonic() + deadline.NEED_MARGIN * seconds
+        if want > d:
+            self.deadline, self.limit_s = want, want - self.started
 
     def disarm(self):
         self.deadline = None
 
     def stop(self):
         self.deadline = None
+        self._unwatch()
         self._stopped.set()
 
     def _watch(self):
         while not self._stopped.wait(0.2):  # an Event, not time.sleep: a test that fakes sleep sees none of ours
             d = self.deadline
             if d is not None and time.monotonic() > d:
-                msg = f"case {self.what} exceeded its wall-clock limit of {self.limit_s:g} s on rank {self.rank}"
+                msg = f"case {self.what} exceeded its wall-clock limit of {round(self.limit_s, 1):g} s on rank {self.rank}"
                 print(f"distbench: {msg}", file=sys.stderr, flush=True)
                 _write_error_file(msg)
                 if self.run_dir:
@@ -289,7 +304,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
                 live.unit(unit, n, len(todo))
             release_between_cases(info.device)
             started = time.perf_counter()  # the case's wall time, stored for --dry-run's estimates
-            dog.arm(k, case_limit_s(kind, cfg, unit))
+            dog.arm(k, case_limit_s(kind, cfg, unit), extendable=cfg.case_timeout_s <= 0)
             with _stops_held(writer is not None):
                 try:
                     tables = kind.measure(unit, launch)

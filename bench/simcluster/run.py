@@ -36,7 +36,7 @@ from bench.simcluster.command import inner_argv
 from bench.simcluster.net import KEPT, RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces, remove_stale
 
 KEPT_LINE = re.compile(r"finished cases are kept in (\S+?);")  # a failed or interrupted run
-WORKER_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank")  # torchrun's agent on a failed worker
+WORKER_EXIT = re.compile(r"rank \d+ \(local \d+\) exited (-?\d+)$")  # bench.simcluster.agent on a failed worker
 STOP_GRACE_S = 10.0  # after SIGTERM, how long the agents get to stop their workers
 PEER_GRACE_S = 20.0  # after one node failed, how long the others get to fail on their own
 NOTE = ("simulated cluster: every node is a network namespace on this one host, with its own hostname and "
@@ -126,7 +126,8 @@ class SimCluster:
         n = self.net.nodes
         master = n[0]
         # no --node-rank: c10d ignores it and orders the nodes by --local-addr (node i is group rank i)
-        torchrun = [self.python, "-m", "torch.distributed.run", "--nnodes", str(len(n)),
+        # torchrun's agent (torch.distributed.run), ending in one line per failed worker, not a traceback
+        torchrun = [self.python, "-m", "bench.simcluster.agent", "--nnodes", str(len(n)),
                     "--nproc-per-node", str(self.ranks_per_node), "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", f"{master.address}:{RENDEZVOUS_PORT}", "--rdzv-id", f"simcluster-{self.net.id}",
                     # node 0 hosts the rendezvous store: said outright, not guessed from host names
