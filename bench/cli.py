@@ -24,7 +24,7 @@ from bench.simcluster import cli as simcluster_cli
 from bench.distributed.env import (check_world, gpu_layout, launcher_world, ranks_per_node, resolve_backend,
                                    select_device, torch_env)
 from bench.distributed.launch import launched_externally
-from bench.errors import USAGE_EXIT, BenchError
+from bench.errors import USAGE_EXIT, BenchError, LaunchError
 from bench.harness import KINDS, Kind
 from bench.options import Parser, add_common
 from bench.suite import int_list, load_suite, resolve_suite
@@ -167,6 +167,9 @@ def main(argv=None) -> int:
         # every rank that refuses says why, with its rank: an error only one rank sees is never silent
         print(f"distbench: error: {_rank_prefix()}{' '.join(str(e).split())}", file=sys.stderr)  # one line
         return USAGE_EXIT
+    except LaunchError as e:
+        print(f"distbench: error: {_rank_prefix()}{' '.join(str(e).split())}", file=sys.stderr)  # one line
+        return 1
     except KeyboardInterrupt:
         print("distbench: interrupted; finished cases are kept", file=sys.stderr)
         return 130

@@ -13,6 +13,11 @@ class BenchError(Exception):
     """Bad input or an impossible request. Printed as one line, exit code 2."""
 
 
+class LaunchError(Exception):
+    """A launch that cannot go on through no fault of the input (a rank that stopped answering):
+    printed as one line naming what stopped, exit code 1."""
+
+
 class SuiteError(BenchError):
     """A malformed suite file: the message names the file and the key."""
 

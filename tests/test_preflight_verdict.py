@@ -24,8 +24,14 @@ from bench import preflight
 from bench.cli import main
 from bench.errors import BenchError
 
+from bench.distributed import verdict
+verdict.STALE_S = 3.0  # the heartbeat's limit, short for the test
 refuse = os.environ["RANK"] in os.environ["REFUSING_RANKS"].split(",")
-if refuse:
+if os.environ["RANK"] in os.environ.get("DYING_RANKS", "").split(","):
+    def check_writable(out):
+        os._exit(9)  # killed in preflight: no verdict posted
+    preflight.check_writable = check_writable
+elif refuse:
     def check_writable(out):
         raise BenchError(f"results root {out} is not writable (faked on rank {os.environ['RANK']})")
     preflight.check_writable = check_writable
@@ -39,13 +45,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(tmp_path, refusing: str) -> list[subprocess.CompletedProcess]:
+def _launch(tmp_path, refusing: str, dying: str = "") -> list[subprocess.CompletedProcess]:
     port, procs = _free_port(), []
     for rank in range(2):
         env = {k: v for k, v in __import__("os").environ.items()
                if not k.startswith(("SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_"))}
         env.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", GROUP_RANK="0",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), REFUSING_RANKS=refusing, OMP_NUM_THREADS="1",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), REFUSING_RANKS=refusing, DYING_RANKS=dying, OMP_NUM_THREADS="1",
                    PYTHONPATH=str(ROOT))
         procs.append(subprocess.Popen(
             [sys.executable, "-c", RANK, "collectives", "-c", "all_reduce", "--sizes", "1K", "--timeout-s",
@@ -98,3 +104,27 @@ def test_when_no_rank_refuses_the_launch_goes_on_on_the_same_store(tmp_path):
     r0, r1 = _launch(tmp_path, refusing="")
     assert (r0.returncode, r1.returncode) == (0, 0), (r0.stderr[-2000:], r1.stderr[-2000:])
     assert len(list((tmp_path / "results").glob("*/*/results.parquet"))) == 1
+
+
+def test_a_rank_that_dies_before_its_verdict_is_named_by_the_others(tmp_path):
+    """Was: rank 0 waited in store.wait for the whole timeout (120 s here), then a raw store error.
+    Now its heartbeat stops, and rank 0 ends in one line naming rank 1, long before the timeout."""
+    r0, r1 = _launch(tmp_path, refusing="", dying="1")
+    assert r1.returncode == 9
+    assert r0.returncode == 1, r0.stderr
+    assert r0.stderr.strip().splitlines() == [
+        "distbench: error: rank 0 (node 0, local rank 0): rank(s) 1 stopped answering before posting a preflight "
+        "verdict (no heartbeat for 3 s): died or hung before the launch; its own output says why"]
+
+
+def test_the_store_host_dying_before_its_verdict_is_one_line_on_the_others(tmp_path):
+    """Rank 0 hosts the store (no torchrun agent) and dies in preflight: rank 1 cannot even post.
+    c10d's C++ logger prints its own warning of the broken socket first (TORCH_CPP_LOG_LEVEL, read
+    when torch loads, decides that); distbench's line is the last, and no Python traceback."""
+    r0, r1 = _launch(tmp_path, refusing="", dying="0")
+    assert r0.returncode == 9
+    assert r1.returncode == 1, r1.stderr
+    line = r1.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in r1.stderr
+    assert line.startswith("distbench: error: rank 1 (node 0, local rank 1): the launch's store at 127.0.0.1:"), line
+    assert "stopped answering during preflight" in line

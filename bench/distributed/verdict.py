@@ -10,18 +10,31 @@ preflight (seconds). A rank that refused exits 2 with its own message; every oth
 with the message of the lowest rank that refused. When none refused the launch goes on to
 process-group init. Under self-launch (elastic_launch) preflight runs once, in the launcher, and
 nothing is exchanged.
+
+A rank that dies before posting its verdict (killed, out of memory, a segfault in preflight) used to
+leave the others in store.wait for the whole timeout and then a raw store error. Every rank now
+connects to the store when it enters preflight and beats (a counter in the store, every HEARTBEAT_S)
+until it has read every verdict; a waiting rank stops, in one line naming the rank (LaunchError,
+exit 1), when a missing rank's counter has not moved for STALE_S seconds of its own clock (no clocks
+are compared across hosts), or when a rank was never seen ARRIVE_S after this one posted its own.
+A store that stops answering (rank 0 hosts it and has gone) is one line too.
 """
 
 import datetime
 import os
+import threading
 import time
 
 import torch.distributed as dist
 
 from bench.distributed.env import adopt_launcher_env, launcher
-from bench.errors import BenchError
+from bench.errors import BenchError, LaunchError
 
 DEFAULT_TIMEOUT_S = 300.0  # a refusal before the suite (and its timeout_s) was read: the suite default
+HEARTBEAT_S = 1.0  # how often a rank in preflight says it is alive
+STALE_S = 15.0  # a rank whose heartbeat has not moved this long (waiter's clock) has stopped answering
+ARRIVE_S = 60.0  # a rank never seen this long after the waiter posted its verdict never arrived
+POLL_S = 0.2
 _STORES: list = []  # kept alive: rank 0 hosts the TCPStore that init_process_group then reuses (multi-tenant)
 
 
@@ -34,15 +47,83 @@ def _store(timeout_s: float):
     return store, rank, world
 
 
-def exchange(message: str, timeout_s: float) -> list[tuple[int, str]]:
-    """Post this rank's verdict ("" = passed); [(rank, verdict)] of every rank, in rank order."""
-    store, rank, world = _store(timeout_s)
-    prefix = f"distbench/preflight/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+def _prefix() -> str:
+    return f"distbench/preflight/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
+class Heartbeat:
+    """This rank's sign of life in the store while it is in preflight: a counter, added to every
+    HEARTBEAT_S by a daemon thread, until stop()."""
+
+    def __init__(self, store, rank: int):
+        self.store, self.key, self._stop = store, f"{_prefix()}/alive/{rank}", threading.Event()
+        store.add(self.key, 1)
+        self.thread = threading.Thread(target=self._beat, daemon=True, name="distbench-preflight-beat")
+        self.thread.start()
+
+    def _beat(self):
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self.store.add(self.key, 1)
+            except Exception:  # noqa: BLE001 - the store has gone: the waiting side says so
+                return
+
+    def stop(self):
+        self._stop.set()
+        self.thread.join(timeout=HEARTBEAT_S + 1)
+
+
+def _silent(store, missing: list[int], seen: dict, since: float, now: float) -> str:
+    """'' while every missing rank still beats, else why the wait ends (naming the ranks)."""
+    stale, never = [], []
+    for r in missing:
+        key = f"{_prefix()}/alive/{r}"
+        if store.check([key]):
+            count = store.add(key, 0)
+            if seen.get(r, (None, 0.0))[0] != count:
+                seen[r] = (count, now)
+            elif now - seen[r][1] > STALE_S:
+                stale.append(r)
+        elif now - since > ARRIVE_S:
+            never.append(r)
+    if stale:
+        return (f"rank(s) {', '.join(map(str, stale))} stopped answering before posting a preflight verdict "
+                f"(no heartbeat for {STALE_S:g} s): died or hung before the launch; its own output says why")
+    if never:
+        return (f"rank(s) {', '.join(map(str, never))} never reached preflight ({ARRIVE_S:g} s after this rank "
+                "posted its verdict): not started, or died first; its launcher's output says why")
+    return ""
+
+
+def exchange(message: str, timeout_s: float, store=None) -> list[tuple[int, str]]:
+    """Post this rank's verdict ("" = passed); [(rank, verdict)] of every rank, in rank order.
+    Waits while every missing rank beats (at most timeout_s); LaunchError naming the ranks that
+    stopped answering or never arrived."""
+    if store is None:
+        store, rank, world = _store(timeout_s)
+    else:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    prefix = _prefix()
     keys = [f"{prefix}/{r}" for r in range(world)]
-    store.set(keys[rank], message)
-    store.wait(keys, datetime.timedelta(seconds=timeout_s))
-    out = [(r, store.get(k).decode()) for r, k in enumerate(keys)]
-    store.add(f"{prefix}/read", 1)
+    since = time.monotonic()
+    seen: dict = {}
+    try:
+        store.set(keys[rank], message)
+        while not store.check(keys):
+            now = time.monotonic()
+            missing = [r for r, k in enumerate(keys) if not store.check([k])]
+            why = _silent(store, missing, seen, since, now)
+            if not why and now - since > timeout_s:
+                why = f"rank(s) {', '.join(map(str, missing))} posted no preflight verdict in {timeout_s:g} s"
+            if why:
+                raise LaunchError(why)
+            time.sleep(POLL_S)
+        out = [(r, store.get(k).decode()) for r, k in enumerate(keys)]
+        store.add(f"{prefix}/read", 1)
+    except RuntimeError as e:  # DistStoreError & co: the store host has gone
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        raise LaunchError(f"the launch's store at {where} stopped answering during preflight (its host, rank 0 "
+                          f"or the launcher's agent, ended or cannot be reached): {' '.join(str(e).split())}") from None
     if rank == 0 and any(m for _, m in out):
         # rank 0 may host the store (no torchrun agent): it leaves only when every rank has read it
         deadline = time.monotonic() + timeout_s
@@ -65,16 +146,27 @@ class Verdict:
 
     def __init__(self):
         self.timeout_s = DEFAULT_TIMEOUT_S
+        self.store = self.beat = None
 
     def __enter__(self):
+        if launcher(os.environ) is not None:  # connect now: the heartbeat covers all of preflight
+            self.store = _store(DEFAULT_TIMEOUT_S)[0]
+            self.beat = Heartbeat(self.store, int(os.environ["RANK"]))
         return self
 
     def __exit__(self, etype, err, tb):
-        if launcher(os.environ) is None or (etype is not None and not issubclass(etype, Exception)):
+        try:
+            return self._exit(etype, err)
+        finally:
+            if self.beat:
+                self.beat.stop()
+
+    def _exit(self, etype, err):
+        if self.store is None or (etype is not None and not issubclass(etype, Exception)):
             return False  # self-launch; or Ctrl-C / exit: not a verdict
         mine = "" if err is None else (" ".join(str(err).split()) if isinstance(err, BenchError) else
                                        f"{type(err).__name__}: {' '.join(str(err).split())}") or type(err).__name__
-        outcomes = exchange(mine, self.timeout_s)
+        outcomes = exchange(mine, self.timeout_s, self.store)
         if err is not None:
             return False  # this rank's own refusal, as it was
         why = first_refusal(outcomes)
