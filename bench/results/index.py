@@ -8,7 +8,10 @@ in one DuckDB query over the parquet files in place (`read_parquet([...], filena
 union_by_name=true)`, https://duckdb.org/docs/data/parquet/overview), which reads only the
 columns it needs from each footer-described file, in parallel.
 
-`distbench runs` and `distbench history` (bench.regress.history) answer from it.
+`distbench runs` and `distbench history` (bench.regress.history) answer from it. A file that cannot
+be read (a truncated parquet, an unreadable meta.json) is skipped and named: in `Index.problems`
+and in its run's `why`. Runs another process is writing are read as of a moment: `scan_runs`
+scans a run again when a merge replaced its files during the scan (bench.results.rundir).
 """
 
 import json
@@ -18,26 +21,28 @@ from datetime import timezone
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from bench.errors import BenchError
 from bench.results import runs as runs_mod  # the kind and state rules of `distbench show`
 from bench.results import fingerprint as fp
-from bench.results.store import list_runs
+from bench.results.rundir import _why, read_consistent, read_meta, same_tables, snapshot
+from bench.results.store import list_runs, table_files
 
 COLUMNS = ("kind", "suite", "run_id", "start", "git_sha", "git_dirty", "fingerprint", "torch", "nccl", "state",
            "why", "cases_done", "cases_planned", "rows", "dir", "command")
 
 
 def results_files(run_dir: Path) -> list[Path]:
-    """A run's results table: the merged file and any parts not merged yet (an interrupted run)."""
-    merged = run_dir / "results.parquet"
-    return ([merged] if merged.exists() else []) + sorted((run_dir / "parts" / "results").glob("*.parquet"))
+    """A run's results table: the merged file and any parts not merged into it (an interrupted run)."""
+    return table_files(Path(run_dir), "results")
 
 
-def scan(files: list[Path], columns: str, where: str = "", params=()) -> pd.DataFrame:
+def scan(files: list[Path], columns: str, where: str = "", params=(), bad: list | None = None) -> pd.DataFrame:
     """SELECT columns FROM the parquet files (with their `filename`) in one DuckDB scan. A file
     DuckDB cannot read fails the whole scan: then each file is read on its own and the unreadable
-    ones are left out (the store's readers name them: `distbench show`)."""
+    ones are left out, each added to `bad` as (file, why) when given (a file that only lacks a
+    column asked for is left out silently)."""
     import duckdb  # lazy: only the readers of many runs need it
 
     if not files:
@@ -53,32 +58,84 @@ def scan(files: list[Path], columns: str, where: str = "", params=()) -> pd.Data
             try:
                 frames.append(con.execute(sql, [[str(f)], *params]).df())
             except duckdb.Error:
-                continue  # corrupt, truncated, or without the columns asked for
+                why = _unreadable(f)
+                if why and bad is not None:
+                    bad.append((Path(f), why))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     finally:
         con.close()
 
 
-def _counts(dirs: list[Path]) -> dict[str, tuple[int, int, list[str]]]:
-    """run dir -> (rows, distinct case ids, kinds seen in the rows), from one scan of every file."""
-    owner = {str(f): str(d) for d in dirs for f in results_files(d)}
-    df = scan([Path(f) for f in owner], "filename, case_id, kind, count(*) AS n", where="true GROUP BY ALL")
+def _unreadable(f: Path) -> str | None:
+    """Why a parquet file cannot be read (truncated, corrupt, gone), or None if it reads."""
+    try:
+        pq.read_table(f)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError / ... on a bad file
+        return _why(e)
+    return None
+
+
+def scan_runs(dirs, columns: str, where: str = "", params=()) -> tuple[pd.DataFrame, list[tuple[Path, Path, str]]]:
+    """SELECT columns (with `filename`) over the results files of these runs in one scan, each
+    row with its run's `dir`; and the files skipped as unreadable, as (run dir, file, why). A run
+    whose files a merge replaced during the scan (another process finishing it) is scanned again
+    on its own until it reads as of one moment: never a case twice, never one missing."""
+    dirs = [Path(d) for d in dirs]
+    before = {d: snapshot(d) for d in dirs}
+    owner = {str(f): d for d in dirs for f in results_files(d)}
+    bad: list = []
+    df = scan([Path(f) for f in owner], columns, where, params, bad)
+    moved = {d for d in dirs if not same_tables(before[d], snapshot(d))}
+    skipped = [(owner[str(f)], f, why) for f, why in bad if owner[str(f)] not in moved]
+    frames = [df.assign(dir=df["filename"].map(owner))] if not df.empty else []
+    if moved and frames:
+        frames[0] = frames[0][~frames[0]["dir"].isin(moved)]
+    for d in sorted(moved):
+        def once(d=d):
+            b: list = []
+            return scan(results_files(d), columns, where, params, b), b
+
+        one, b = read_consistent(d, once)
+        skipped += [(d, f, why) for f, why in b]
+        if not one.empty:
+            frames.append(one.assign(dir=d))
+    frames = [f for f in frames if not f.empty]
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not out.empty:
+        out["dir"] = out["dir"].map(str)
+    return out, skipped
+
+
+def _counts(dirs: list[Path]) -> tuple[dict[str, tuple[int, int, list[str]]], list]:
+    """run dir -> (rows, distinct case ids, kinds seen in the rows), from one scan of every file;
+    and the files skipped (scan_runs)."""
+    df, skipped = scan_runs(dirs, "filename, case_id, kind, count(*) AS n", where="true GROUP BY ALL")
     out: dict[str, tuple[int, int, list[str]]] = {}
     if df.empty:
-        return out
-    df["dir"] = df["filename"].map(owner)
+        return out, skipped
     for d, g in df.groupby("dir"):
         out[d] = (int(g["n"].sum()), int(g["case_id"].dropna().nunique()), sorted(g["kind"].dropna().unique()))
-    return out
+    return out, skipped
 
 
-def _row(path: Path, meta: dict, counts) -> dict:
+def _meta(d: Path, problems: list[str]) -> dict:
+    """meta.json as `distbench runs` lists it; an unreadable one is named in problems."""
+    try:
+        read_meta(d, problems)
+    except BenchError:  # a newer schema version: listed as stored (show and report say they cannot read it)
+        pass
+    return runs_mod.read_meta(d)
+
+
+def _row(path: Path, meta: dict, counts, skipped: list[str]) -> dict:
     rows, cases, kinds = counts
     launches = [la for la in (meta.get("launches") or {}).values() if isinstance(la, dict)]
     planned = sum(int(la.get("cases") or 0) for la in launches)
     if any("done" in la for la in launches):
         cases = sum(len(la.get("done") or []) for la in launches)
     state, why = runs_mod.state_of(path, meta)
+    if skipped:  # named in `distbench runs` beside the run (the full reasons are in Index.problems)
+        why = "; ".join(x for x in (why, f"unreadable, skipped: {', '.join(skipped)}") if x)
     software = meta.get("software") or {}
     try:
         finger = fp.Fingerprint.from_dict(meta["fingerprint"]) if "fingerprint" in meta else fp.of_run(meta)
@@ -96,7 +153,7 @@ def _row(path: Path, meta: dict, counts) -> dict:
 @dataclass
 class Index:
     runs: pd.DataFrame  # one row per run, COLUMNS, oldest start first
-    problems: list[str] = field(default_factory=list)  # foreign entries under the root, each named
+    problems: list[str] = field(default_factory=list)  # foreign entries and unreadable files, each named
 
 
 def build(root) -> Index:
@@ -105,11 +162,19 @@ def build(root) -> Index:
     if not root.is_dir():
         raise BenchError(f"results root '{root}' does not exist; give --out DIR (the results root benchmarks wrote to)")
     listing = list_runs(root)
-    counts = _counts(listing.runs)
-    rows = [_row(d, runs_mod.read_meta(d), counts.get(str(d), (0, 0, []))) for d in listing.runs]
+    counts, bad = _counts(listing.runs)
+    problems = list(listing.problems)
+    rows = []
+    for d in listing.runs:
+        mine = [f"{f}: unreadable parquet, skipped ({why})" for r, f, why in bad if r == d]
+        meta_problems: list[str] = []
+        meta = _meta(d, meta_problems)
+        names = [str(f.relative_to(d)) for r, f, _ in bad if r == d] + ["meta.json"] * bool(meta_problems)
+        problems += meta_problems + mine
+        rows.append(_row(d, meta, counts.get(str(d), (0, 0, [])), names))
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df = df.sort_values(["start", "run_id"], kind="stable").reset_index(drop=True)
-    return Index(df, listing.problems)
+    return Index(df, problems)
 
 
 # ---------------------------------------------------------------------------------------------

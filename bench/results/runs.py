@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 
 from bench.errors import BenchError
 from bench.kind import KINDS, kind_named, kind_of_run
-
+from bench.results.rundir import read_consistent
+from bench.results.store import table_files
 
 
 def kind_names() -> list[str]:
@@ -54,15 +55,15 @@ def read_meta(path: Path) -> dict:
     return meta if isinstance(meta, dict) else {}  # a JSON list or number: no metadata (load_run names it)
 
 
-def _parquet_files(path: Path, table: str) -> list[Path]:
-    files = [path / f"{table}.parquet"] if (path / f"{table}.parquet").exists() else []
-    return files + sorted((path / "parts" / table).glob("*.parquet"))
-
-
 def _rows_and_cases(path: Path) -> tuple[int, int, list[str]]:
-    """Rows of the results table, distinct case ids, and kind values seen (merged file + parts)."""
+    """Rows of the results table, distinct case ids, and kind values seen (merged file + parts),
+    as of one moment while another process merges the run (bench.results.rundir.read_consistent)."""
+    return read_consistent(path, lambda: _count(path))
+
+
+def _count(path: Path) -> tuple[int, int, list[str]]:
     rows, cases, kinds = 0, set(), set()
-    for f in _parquet_files(path, "results"):
+    for f in table_files(path, "results"):
         try:
             cols = pq.read_schema(f).names
             t = pq.read_table(f, columns=[c for c in ("case_id", "kind") if c in cols])

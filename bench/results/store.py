@@ -2,7 +2,11 @@
 
 Each finished case is written as its own part file (temp file, then an atomic rename), so an
 interrupted sweep keeps every finished case and never leaves a half-written file. finalize()
-merges the parts into one file per table; load_run() reads either form.
+merges the parts into one file per table; load_run() reads either form. The merged file names the
+parts it holds (parquet key-value metadata `distbench.parts`), so parts left behind by a merge that
+was stopped before it removed them are never read twice. A write the system refuses (a full disk)
+raises bench.results.rundir.WriteError: one line, the path, the free space, where the finished
+cases are; nothing half-written is left in place. Concurrency: bench.results.rundir's docstring.
 
 Reading is defensive (issue 11): a truncated or corrupt parquet file, an unreadable meta.json and
 files the store did not write are skipped, each named in `Run.problems`, and the rest of the run
@@ -19,14 +23,45 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from bench.errors import BenchError
-from bench.results.rundir import RunDir, _atomic_write, _why, read_meta, write_json  # noqa: F401  (re-exported)
+from bench.results.rundir import (RunDir, WriteError, _atomic_write, _why, locked, read_consistent,  # noqa: F401
+                                  read_meta, write_json)  # (re-exported)
 from bench.results.schema import SCHEMA_VERSION, TABLES, conform
 
 
-def write_parquet(df: pd.DataFrame, path: Path):
-    _atomic_write(path, lambda p: df.to_parquet(p, engine="pyarrow", index=False))
+PARTS_KEY = b"distbench.parts"  # a merged file's metadata: the part files merged into it (JSON list of names)
+
+
+def write_parquet(df: pd.DataFrame, path: Path, run_dir: Path | None = None, parts: list[str] | None = None):
+    """df as parquet at path, atomically (bench.results.rundir._atomic_write: a refused write is a
+    WriteError naming path; run_dir, when given, is named as where the finished cases are)."""
+    table = pa.Table.from_pandas(df, preserve_index=False)  # what DataFrame.to_parquet writes
+    if parts is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), PARTS_KEY: json.dumps(parts).encode()})
+    _atomic_write(path, lambda p: pq.write_table(table, p), run_dir)
+
+
+def merged_parts(merged: Path) -> set[str]:
+    """The part file names a merged table holds (empty for a file written before they were recorded)."""
+    try:
+        meta = pq.read_schema(merged).metadata or {}
+        return set(json.loads(meta.get(PARTS_KEY, b"[]")))
+    except Exception:  # noqa: BLE001 - unreadable: its reader names it; it holds no part
+        return set()
+
+
+def table_files(run_dir: Path, table: str) -> list[Path]:
+    """A table's files: the merged file, if any, then the parts not merged into it."""
+    run_dir = Path(run_dir)
+    merged = run_dir / f"{table}.parquet"
+    parts = sorted((run_dir / "parts" / table).glob("*.parquet"))
+    if not merged.exists():
+        return parts
+    held = merged_parts(merged) if parts else set()
+    return [merged] + [f for f in parts if f.name not in held]
 
 
 def _read_parquet(f: Path, problems: list[str], where: Path) -> pd.DataFrame | None:
@@ -43,14 +78,14 @@ def _rel(f: Path, where: Path | None = None) -> str:
     return str(f)
 
 
-def _read_parts(tdir: Path, problems: list[str] | None = None, bad: list[Path] | None = None,
+def _read_parts(files: list[Path], problems: list[str] | None = None, bad: list[Path] | None = None,
                 where: Path | None = None) -> pd.DataFrame | None:
-    """All part files of one table, in completion order, as one frame (None if there are none).
+    """These part files of one table, in completion order, as one frame (None if there are none).
     A part that cannot be read is skipped, named in `problems` and added to `bad`."""
     problems = [] if problems is None else problems
     frames = []
-    for f in sorted(tdir.glob("*.parquet")):
-        df = _read_parquet(f, problems, where or tdir.parent.parent)
+    for f in files:
+        df = _read_parquet(f, problems, where)
         if df is None:
             if bad is not None:
                 bad.append(f)
@@ -89,50 +124,62 @@ class RunWriter:
         self.run.finish_launch(str(world), **facts)
 
     def write_case(self, tables: dict[str, list[dict]]):
-        """One finished case: {table name: rows}. Parts are numbered in completion order."""
+        """One finished case: {table name: rows}. Parts are numbered in completion order. A write
+        the system refuses raises WriteError; the parts written before stay whole."""
         self._parts += 1
+        self.run.create()
         for table, rows in tables.items():
             if rows:  # parts are raw (cheap to write); finalize() and load_run() conform them
-                write_parquet(pd.DataFrame(rows), self.dir / "parts" / table / f"{self.prefix}{self._parts:05d}.parquet")
+                write_parquet(pd.DataFrame(rows), self.dir / "parts" / table / f"{self.prefix}{self._parts:05d}.parquet",
+                              self.dir)
 
     def finalize(self):
         """Merge the parts into one file per table (with the merged file already there, if any:
         a resumed run keeps what the first finalize merged). A part that cannot be read is not
         merged: it is renamed `<part>.corrupt`, left in parts/, and recorded in meta.json
-        `problems`; the other parts are merged. Returns the problems (each names its file)."""
+        `problems`; the other parts are merged. Returns the problems (each names its file).
+        Runs under the run's lock (two processes never merge one run at once); a merged file that
+        cannot be written (a full disk) raises WriteError with every part still in place."""
         parts = self.dir / "parts"
         if not parts.is_dir():
             return []
         read_meta(self.dir, [])  # a newer schema version: BenchError, before anything is rewritten
+        with locked(self.dir):
+            problems = [p for tdir in sorted(p for p in parts.iterdir() if p.is_dir()) for p in self._merge(tdir)]
+            if parts.is_dir() and not any(parts.iterdir()):
+                parts.rmdir()
+            if problems:
+                self.update_meta(lambda m: {**m, "problems": [*m.get("problems", []), *problems]})
+        return problems
+
+    def _merge(self, tdir: Path) -> list[str]:
+        """One table's parts into <table>.parquet, then the parts removed (the write first: a
+        stop in between leaves parts the merged file names as held, never read twice)."""
         problems: list[str] = []
-        for tdir in sorted(p for p in parts.iterdir() if p.is_dir()):
-            files = sorted(tdir.glob("*.parquet"))
-            bad: list[Path] = []
-            df = _read_parts(tdir, problems, bad, self.dir)
-            if df is not None:
-                merged = self.dir / f"{tdir.name}.parquet"
-                if merged.exists():  # a resumed run: keep what the first finalize merged
-                    old = _read_parquet(merged, problems, self.dir)
-                    if old is not None:
-                        df = _concat([old, df])
-                    else:  # keep the unreadable merged file aside, never overwrite it
-                        os.replace(merged, merged.with_name(merged.name + ".corrupt"))
-                try:
-                    write_parquet(conform(df, tdir.name), merged)
-                except (ValueError, TypeError) as e:  # not a schema table, or columns it does not know
-                    problems.append(f"{_rel(tdir, self.dir)}: not merged ({_why(e)})")
-                    continue
-            for f in files:
-                if f in bad:
-                    os.replace(f, f.with_name(f.name + ".corrupt"))
-                else:
-                    f.unlink()
-            if not any(tdir.iterdir()):
-                tdir.rmdir()
-        if not any(parts.iterdir()):
-            parts.rmdir()
-        if problems:
-            self.update_meta(lambda m: {**m, "problems": [*m.get("problems", []), *problems]})
+        files = sorted(tdir.glob("*.parquet"))
+        merged = self.dir / f"{tdir.name}.parquet"
+        held = merged_parts(merged) if merged.exists() else set()  # a merge stopped before removing its parts
+        todo = [f for f in files if f.name not in held]
+        bad: list[Path] = []
+        df = _read_parts(todo, problems, bad, self.dir)
+        if df is not None:
+            if merged.exists():  # a resumed run: keep what the first finalize merged
+                old = _read_parquet(merged, problems, self.dir)
+                if old is not None:
+                    df = _concat([old, df])
+                else:  # keep the unreadable merged file aside, never overwrite it
+                    os.replace(merged, merged.with_name(merged.name + ".corrupt"))
+            try:
+                write_parquet(conform(df, tdir.name), merged, self.dir, parts=[f.name for f in todo if f not in bad])
+            except (ValueError, TypeError) as e:  # not a schema table, or columns it does not know
+                return [*problems, f"{_rel(tdir, self.dir)}: not merged ({_why(e)})"]
+        for f in files:
+            if f in bad:
+                os.replace(f, f.with_name(f.name + ".corrupt"))
+            else:
+                f.unlink()
+        if not any(tdir.iterdir()):
+            tdir.rmdir()
         return problems
 
 
@@ -164,10 +211,18 @@ def load_run(path, strict: bool = False) -> Run:
     A file that cannot be read (truncated or corrupt parquet, invalid meta.json), a parts/ table
     the schema does not know and any file the store did not write are skipped and named in
     `Run.problems`; the rest of the run loads. strict=True raises the first problem as a
-    BenchError instead. A newer schema version (meta.json) always raises BenchError."""
+    BenchError instead. A newer schema version (meta.json) always raises BenchError. A merge
+    by another process during the read makes it read again (bench.results.rundir.read_consistent)."""
     path = Path(path)
     if not path.is_dir():
         raise BenchError(f"run directory '{path}' does not exist or is not a directory")
+    run = read_consistent(path, lambda: _load(path))
+    if strict and run.problems:
+        raise BenchError(run.problems[0])
+    return run
+
+
+def _load(path: Path) -> Run:
     problems: list[str] = []
     meta = read_meta(path, problems)
     tables = {}
@@ -190,7 +245,9 @@ def load_run(path, strict: bool = False) -> Run:
             for f in sorted(tdir.iterdir()):
                 if not f.name.startswith(".") and not f.name.endswith(_OWN_SUFFIXES):
                     problems.append(f"{_rel(f, path)}: foreign file in parts/, ignored")
-            df = _read_parts(tdir, problems, where=path)
+            held = merged_parts(path / f"{tdir.name}.parquet") if tdir.name in tables else set()
+            files = [f for f in sorted(tdir.glob("*.parquet")) if f.name not in held]
+            df = _read_parts(files, problems, where=path)
             if df is None:
                 continue
             try:
@@ -205,8 +262,6 @@ def load_run(path, strict: bool = False) -> Run:
                         "ignored")
     for f in sorted(path.rglob("*.corrupt")):
         problems.append(f"{_rel(f, path)}: kept aside as corrupt by an earlier merge, not loaded")
-    if strict and problems:
-        raise BenchError(problems[0])
     return Run(dir=path, meta=meta, tables=tables, problems=problems)
 
 
@@ -222,6 +277,14 @@ NOT_SUITES = ("baselines",)
 def is_run_dir(path: Path) -> bool:
     return path.is_dir() and ((path / "meta.json").exists() or (path / "parts").is_dir()
                               or any(path.glob("*.parquet")))
+
+
+def _only_hidden(d: Path) -> bool:
+    try:
+        names = [e.name for e in os.scandir(d)]
+    except OSError:
+        return False
+    return bool(names) and all(n.startswith(".") for n in names)
 
 
 def list_runs(root) -> Listing:
@@ -258,6 +321,8 @@ def list_runs(root) -> Listing:
                 continue
             if is_run_dir(d):
                 runs.append(d)
+            elif d.is_dir() and _only_hidden(d):
+                continue  # a run being made (its lock, a temp file) or only a launch's progress notes
             else:
                 problems.append(f"{d}: foreign {'directory' if d.is_dir() else 'file'} (not a run), ignored")
     runs.sort(key=lambda p: (p.name, str(p)))
