@@ -123,15 +123,27 @@ class RunWriter:
     def finish_launch(self, world: int, **facts):
         self.run.finish_launch(str(world), **facts)
 
-    def write_case(self, tables: dict[str, list[dict]]):
-        """One finished case: {table name: rows}. Parts are numbered in completion order. A write
-        the system refuses raises WriteError; the parts written before stay whole."""
+    def write_case(self, tables: dict[str, list[dict]], done: tuple | None = None):
+        """One finished case: {table name: rows}. Parts are numbered in completion order. With
+        done=(launch key, unit key, seconds) the case is also marked done in meta.json (what
+        --resume skips). All or nothing: a write the system refuses (a full disk) removes this
+        case's parts already written and raises WriteError, so the store holds every case
+        finished before it, whole, and none twice after a resume."""
         self._parts += 1
         self.run.create()
-        for table, rows in tables.items():
-            if rows:  # parts are raw (cheap to write); finalize() and load_run() conform them
-                write_parquet(pd.DataFrame(rows), self.dir / "parts" / table / f"{self.prefix}{self._parts:05d}.parquet",
-                              self.dir)
+        written: list[Path] = []
+        try:
+            for table, rows in tables.items():
+                if rows:  # parts are raw (cheap to write); finalize() and load_run() conform them
+                    path = self.dir / "parts" / table / f"{self.prefix}{self._parts:05d}.parquet"
+                    write_parquet(pd.DataFrame(rows), path, self.dir)
+                    written.append(path)
+            if done is not None:
+                self.run.mark_done(*done)
+        except BaseException:
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
 
     def finalize(self):
         """Merge the parts into one file per table (with the merged file already there, if any:
