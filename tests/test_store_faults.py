@@ -11,14 +11,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from bench.cli import main
 from bench.errors import BenchError
 from bench.results import index as ix
 from bench.results import rundir, store
 from bench.results.schema import SCHEMA_VERSION
 from bench.results.store import RunWriter, WriteError, list_runs, load_run
 from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+import bench_index as gen  # noqa: E402  (the synthetic runs of tests/test_history.py)
 
 
 def _row(size=1024, **kw):
@@ -342,3 +347,67 @@ def test_a_full_disk_mid_run_ends_in_one_line_and_keeps_the_finished_cases(tmp_p
     if len(lines) != 1:  # the launcher adds its own 'a rank failed' line: a change in bench/harness/run.py
         pytest.xfail("one line needs the launcher to pass the store's WriteError through (docs/runs.md): "
                      + " | ".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------
+# `distbench runs`, `history` and `report` over a root where one of two runs has a truncated
+# merged table and a truncated part: each skips them, names them, and does not crash
+
+
+def _root_with_a_damaged_run(tmp_path) -> tuple[Path, Path, Path]:
+    """Two runs of one machine; the newer one keeps all_reduce at 4 MiB in a readable part and
+    loses the rest to a truncated merged table and a truncated part. Returns (root, good, bad)."""
+    root = tmp_path / "results"
+    good, bad = gen.generate(root, 2, machines=(2,))
+    rows = pd.read_parquet(bad / "results.parquet")  # all_reduce 1M, 4M, broadcast 1M, 4M
+    parts = bad / "parts" / "results"
+    parts.mkdir(parents=True)
+    rows.iloc[[0, 2]].to_parquet(bad / "results.parquet", index=False)
+    rows.iloc[[1]].to_parquet(parts / "w2-00001.parquet", index=False)
+    rows.iloc[[3]].to_parquet(parts / "w2-00002.parquet", index=False)
+    _truncate(bad / "results.parquet", keep=100)
+    _truncate(parts / "w2-00002.parquet", keep=100)
+    return root, good, bad
+
+
+def parts_file(run_dir: Path) -> Path:
+    return run_dir / "parts" / "results" / "w2-00002.parquet"
+
+
+def test_runs_skips_and_names_a_truncated_table_and_part(tmp_path, capsys):
+    root, good, bad = _root_with_a_damaged_run(tmp_path)
+    assert main(["runs", "--out", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert str(good) in out and str(bad) in out and "# 2 of 2 run(s)" in out
+    line = next(ln for ln in out.splitlines() if "unreadable, skipped" in ln)
+    assert "results.parquet" in line and "parts/results/w2-00002.parquet" in line
+    assert main(["runs", "--out", str(root), "--format", "json"]) == 0
+    listed = {r["dir"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed[str(good)]["rows"] == 4 and listed[str(bad)]["rows"] == 1
+    assert "w2-00002.parquet" in listed[str(bad)]["why"] and listed[str(good)]["why"] == ""
+    problems = ix.build(root).problems  # the reasons, each naming its file
+    assert [p.split(": ")[0] for p in problems] == [str(bad / "results.parquet"), str(parts_file(bad))]
+    assert all("unreadable parquet, skipped" in p for p in problems)
+
+
+
+def test_history_skips_a_truncated_table_and_part(tmp_path, capsys):
+    root, good, bad = _root_with_a_damaged_run(tmp_path)
+    assert main(["history", "--out", str(root), "--group", "all_reduce", "--format", "json"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    assert [(p["dir"], p["cases"]) for p in h["points"]] == [(str(good), 1), (str(bad), 1)]  # 4 MiB: in both
+    said = json.dumps(h["notes"])
+    if "w2-00002.parquet" not in said:  # the index names them (Index.problems); history does not show them yet
+        pytest.xfail("history needs to add the index's problems to its notes (bench/regress/history.py)")
+    assert "results.parquet" in said
+
+
+def test_report_skips_and_names_a_truncated_table_and_part(tmp_path, capsys):
+    root, good, bad = _root_with_a_damaged_run(tmp_path)
+    for argv in (["--out", str(root)], [str(bad), str(good)]):  # the latest run of the kind, and both given
+        out_dir = tmp_path / "report" / str(len(argv))
+        assert main(["report", *argv, "--output-dir", str(out_dir)]) == 0
+        page = (out_dir / "index.html").read_text()
+        assert page.count("NOT READ") >= 2
+        assert str(bad / "results.parquet") in page and str(parts_file(bad)) in page
+    capsys.readouterr()
