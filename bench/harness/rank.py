@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from bench import telemetry
+from bench.distributed import liveness
 from bench.distributed.env import init_rank
 from bench.harness.session import Job, finish_meta, open_launch, start_meta
 from bench.results.metadata import utc_now
@@ -72,9 +73,11 @@ class Watchdog:
     limit follows what the measured loop says the unit still needs (bench.timing.deadline): it
     becomes at least now + NEED_MARGIN x that; a limit the user set stays as it is."""
 
-    def __init__(self, rank: int, run_dir: Path | None = None):
+    def __init__(self, rank: int, run_dir: Path | None = None, explain=None, on_fire=None):
         self.rank, self.deadline, self.what, self.run_dir = rank, None, "", run_dir
         self.extendable, self.started = False, 0.0
+        self.explain = explain  # () -> '' or who stopped answering (bench.distributed.liveness), asked on firing
+        self.on_fire = on_fire  # (message) -> None: rank 0 under an external launcher keeps the run
         self._stopped = threading.Event()  # set when the launch ends: the thread never outlives it
         self._unwatch = deadline.watch(self.extend)
         self.thread = threading.Thread(target=self._watch, daemon=True, name="distbench-watchdog")
@@ -105,11 +108,22 @@ class Watchdog:
             d = self.deadline
             if d is not None and time.monotonic() > d:
                 msg = f"case {self.what} exceeded its wall-clock limit of {round(self.limit_s, 1):g} s on rank {self.rank}"
+                why = _ask(self.explain)
+                msg += f"; {why}" if why else ""
                 print(f"distbench: {msg}", file=sys.stderr, flush=True)
                 _write_error_file(msg)
                 if self.run_dir:
                     _note_error(self.run_dir, self.rank, msg)
+                _ask(self.on_fire, msg)
                 os._exit(CASE_TIMEOUT_EXIT)
+
+
+def _ask(fn, *args) -> str:
+    """fn(*args) or '' : a failing explanation never keeps a failing rank from ending."""
+    try:
+        return (fn(*args) or "") if fn else ""
+    except Exception:  # noqa: BLE001
+        return ""
 
 
 def _write_error_file(message: str):
@@ -210,11 +224,22 @@ def _exit_stopped(signum: int):
 
 
 def _note_stopped(run_dir: Path, kind_name: str, run_id: str, signum: int):
+    _note_end(run_dir, "interrupted", f"distbench: stopped by {signal.Signals(signum).name}; finished cases are kept "
+              f"in {run_dir}; continue with: distbench {kind_name} --resume {run_id} (same options)")
+
+
+def _note_failed(run_dir: Path, kind_name: str, run_id: str, message: str = ""):
+    _note_end(run_dir, "failed", f"distbench: finished cases are kept in {run_dir}; after fixing the cause, continue "
+              f"with: distbench {kind_name} --resume {run_id} (same options)")
+
+
+def _note_end(run_dir: Path, state: str, line: str):
+    """Rank 0 under an external launcher (no launcher of ours reports): the finished cases merged
+    as after any early end (bench.harness.run._stop), the run's state, and how to go on."""
     w = RunWriter.at(run_dir)
-    w.finalize()  # the finished cases, merged as after any early end (bench.harness.run._stop)
-    w.update_meta(lambda m: {**m, "state": "interrupted", "ended_utc": utc_now()})
-    sys.stderr.write(f"distbench: stopped by {signal.Signals(signum).name}; finished cases are kept in {run_dir}; "
-                     f"continue with: distbench {kind_name} --resume {run_id} (same options)\n")
+    w.finalize()
+    w.update_meta(lambda m: {**m, "state": state, "ended_utc": utc_now()})
+    sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
 
@@ -261,6 +286,17 @@ def worker_main(job: Job) -> dict:
             dist.destroy_process_group()
 
 
+def _heartbeat(launch, info):
+    """This rank's heartbeat in the launch's store, and the question to ask when a case hangs or
+    fails (bench.distributed.liveness); (None, None) for one rank or without a store address."""
+    if info.world < 2 or "MASTER_ADDR" not in os.environ:
+        return None, None
+    keys = [f"distbench/alive/{launch.run_id}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{r}"
+            for r in range(info.world)]
+    beat = liveness.Heartbeat(keys[info.rank])
+    return beat, lambda: liveness.explain(beat, keys, launch.hosts, info.rank)
+
+
 def run_launch(job: Job, info, init_s: float) -> dict:
     """Every unit of one launch (one world size, one process group) not in job.skip. Returns
     {"run_id", "wrong" (summed over ranks), "dir" (rank 0; None elsewhere)}."""
@@ -278,10 +314,13 @@ def run_launch(job: Job, info, init_s: float) -> dict:
         start_meta(writer, launch, key, {"cases": len(units), "notes": notes})
         live = kind.report.live()
         live.start(launch, [u for _, u in todo])
-    if writer and job.meta.get("launcher", "self") != "self":  # srun / torchrun / mpirun: no launcher of ours reports
+    external = job.meta.get("launcher", "self") != "self"  # srun / torchrun / mpirun: no launcher of ours reports
+    if writer and external:
         _stop["on_exit"] = functools.partial(_note_stopped, writer.dir, kind.name, launch.run_id)
     launch.tel = telemetry.start(job, info, writer)
-    dog = Watchdog(info.rank, run_dir if job.run_id else None)
+    beat, explain = _heartbeat(launch, info)
+    failed = functools.partial(_note_failed, writer.dir, kind.name, launch.run_id) if writer and external else None
+    dog = Watchdog(info.rank, run_dir if job.run_id else None, explain=explain, on_fire=failed)
     progress = Progress(len(todo)) if info.rank == 0 else None
     rows = wrong = 0
 
@@ -308,8 +347,11 @@ def run_launch(job: Job, info, init_s: float) -> dict:
             with _stops_held(writer is not None):
                 try:
                     tables = kind.measure(unit, launch)
-                except Exception as e:  # noqa: BLE001 - name the unit, keep the cause
-                    raise CaseError(f"case {k} failed on rank {info.rank}: {type(e).__name__}: {e}") from e
+                except Exception as e:  # noqa: BLE001 - name the unit, keep the cause, say who stopped answering
+                    why = _ask(explain)
+                    msg = f"case {k} failed on rank {info.rank}: {type(e).__name__}: {e}" + (f"; {why}" if why else "")
+                    _ask(failed, msg)
+                    raise CaseError(msg) from e
                 dog.disarm()
                 _fault(i, info.rank, "write")
                 if writer:
@@ -320,6 +362,8 @@ def run_launch(job: Job, info, init_s: float) -> dict:
             keep(extra, None)
     finally:
         dog.stop()
+        if beat:
+            beat.stop()
         launch.tel.close()
     if writer:
         finish_meta(writer, key, rows=rows, wrong=wrong)

@@ -5,7 +5,8 @@ and run: torchrun's own agent, rendezvous and restarts), except how it ends when
 torchrun's entry point raises ChildFailedError and Python prints its traceback and a failure table
 on every node, after the rank has already said what went wrong in its own line. Here each failed
 worker becomes one line, `distbench: simcluster: node1: rank 1 (local 0) exited 124`, and the agent
-exits 1 as torchrun does. Its logger's own "failed (exitcode: ...)" and error-file lines are
+exits 1 as torchrun does; an agent stopped by a signal (simcluster stopping the other nodes after one
+failed) exits 128 + the signal without a word. Its logger's own "failed (exitcode: ...)" and error-file lines are
 quietened to CRITICAL: this line says the same. Any other error of the agent (a rendezvous that
 never completes, bad arguments) is one line naming its type, exit 1.
 """
@@ -26,6 +27,7 @@ def failure_lines(node: str, failures: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -38,6 +40,8 @@ def main(argv: list[str]) -> int:
         for line in failure_lines(node, e.failures):
             print(line, file=sys.stderr, flush=True)
         return 1
+    except SignalException as e:  # simcluster (or a person) stopped this node: its workers are stopped, nothing to say
+        return 128 + int(e.sigval)
     except Exception as e:  # noqa: BLE001 - the agent's own failure, in one line
         print(f"distbench: simcluster: {node}: torchrun agent failed: {type(e).__name__}: {e}",
               file=sys.stderr, flush=True)

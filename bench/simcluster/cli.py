@@ -1,11 +1,11 @@
 """`distbench simcluster --nodes N --ranks-per-node R --link RATE [--link-of nodeI=RATE|nodeA-nodeB=RATE]
-[--cpu-quota-of rankR=PCT|nodeI=PCT] [--launcher torchrun|mpirun | --scheduler slurm [--keep-up]] -- COMMAND`, and
+[--cpu-quota-of rankR=PCT|nodeI=PCT] [--link-down nodeI=ATs[:FORs]] [--kill-node nodeI=ATs] [--launcher torchrun|mpirun | --scheduler slurm [--keep-up]] -- COMMAND`, and
 `distbench simcluster --down ID|all` (a cluster kept up)."""
 
 import argparse
 
 from bench.errors import BenchError
-from bench.simcluster import cpu, mpi, slurm
+from bench.simcluster import cpu, faults, mpi, slurm
 from bench.simcluster.net import MAX_NODES, check_can_run, parse_links
 from bench.simcluster.kept import down
 from bench.simcluster.command import inner_argv
@@ -28,6 +28,12 @@ def add_parser(sub):
     p.add_argument("--cpu-quota-of", dest="cpu_quota_of", action="append", default=[], metavar="rankR=PCT|nodeI=PCT",
                    help="cap one rank's processes (rank3=25%%) or a whole node's (node1=50%%) at PCT %% of one CPU, "
                    "with a cgroup (needs a writable cgroup cpu controller); repeat, or a comma list")
+    p.add_argument("--link-down", dest="link_down", action="append", default=[], metavar="nodeI=ATs[:FORs]",
+                   help="take node I's link down AT seconds after the command starts (node1=20s), and back up FOR "
+                   "seconds later (node1=20s:15s); repeat, or a comma list")
+    p.add_argument("--kill-node", dest="kill_node", action="append", default=[], metavar="nodeI=ATs",
+                   help="SIGKILL every process of node I AT seconds after the command starts (node1=30s), as a node "
+                   "that loses power")
     p.add_argument("--scheduler", choices=SCHEDULERS, default="none",
                    help="none: the --launcher starts the ranks (default); slurm: a real Slurm (munge, slurmctld, one slurmd per "
                    "node) runs the command as a batch job (sbatch --wait; needs Debian's slurm-wlm and munge)")
@@ -70,6 +76,7 @@ def cmd_simcluster(args) -> int:
                          "2 or more, or --launcher torchrun")
     links = parse_links(args.nodes, args.link, args.link_of)
     quotas = cpu.parse_quotas(args.cpu_quota_of, args.nodes, args.ranks_per_node)
+    timed = faults.parse(args.link_down, args.kill_node, args.nodes)
     if command or not args.keep_up:
         inner_argv(command)  # bad input is refused before anything else
     check_can_run()
@@ -80,4 +87,4 @@ def cmd_simcluster(args) -> int:
     controller = cpu.check_controller(cpu.SYS_CGROUP) if quotas else None
     return simulate(list(links.node_bits_s), args.ranks_per_node, command, pairs=links.pair_bits_s, quotas=quotas,
                     controller=controller, scheduler=None if args.scheduler == "none" else args.scheduler,
-                    keep=args.keep_up, launcher=args.launcher)
+                    keep=args.keep_up, launcher=args.launcher, timed_faults=timed)

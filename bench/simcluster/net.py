@@ -263,10 +263,14 @@ class Network:
                 _ip("tc", "-n", n.netns, *cmd)
             _ip("tc", "-n", self.switch, "qdisc", "add", "dev", n.port, "root", *n.tbf())
 
-    def pids(self) -> list[int]:
-        """Every process still inside one of this invocation's namespaces."""
+    def set_link(self, index: int, up: bool):
+        """Node `index`'s link at the switch's end (its port): down (the cable pulled) or up again."""
+        _ip("ip", "-n", self.switch, "link", "set", self.nodes[index].port, "up" if up else "down")
+
+    def pids(self, namespaces: list[str] | None = None) -> list[int]:
+        """Every process still inside one of this invocation's namespaces (or of those given)."""
         out = []
-        for ns in self.made:
+        for ns in self.made if namespaces is None else namespaces:
             r = _ip("ip", "netns", "pids", ns, check=False)
             out += [int(p) for p in r.stdout.split() if p.isdigit()]
         return out

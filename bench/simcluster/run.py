@@ -30,7 +30,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.results.metadata import utc_now
 from bench.results.rundir import RESULTS_LINE, RunDir
-from bench.simcluster import cpu, mpi, proc, slurm
+from bench.simcluster import cpu, faults, mpi, proc, slurm
 from bench.simcluster import kept
 from bench.simcluster.command import inner_argv
 from bench.simcluster.net import KEPT, RENDEZVOUS_PORT, Network, format_rate, leftover_namespaces, remove_stale
@@ -61,7 +61,8 @@ class SimCluster:
 
     def __init__(self, rates: list[int], ranks_per_node: int, python: str = sys.executable, out=None, err=None,
                  pairs: dict | None = None, quotas: list | None = None, controller: cpu.Controller | None = None,
-                 scheduler: str | None = None, keep: bool = False, launcher: str = "torchrun"):
+                 scheduler: str | None = None, keep: bool = False, launcher: str = "torchrun",
+                 timed_faults: list | None = None):
         if launcher not in LAUNCHERS:
             raise BenchError(f"simcluster: unknown launcher '{launcher}'; allowed: {', '.join(LAUNCHERS)}")
         if launcher == "mpirun" and scheduler:
@@ -89,6 +90,16 @@ class SimCluster:
         self.stopping = False  # set when simcluster stops the nodes itself
         self.worker_exits: list[int] = []  # exit codes of failed workers, as the agents report them
         self.tmp: str | None = None
+        self.injector = faults.Injector(list(timed_faults or []), self.net.set_link, self._kill_node,
+                                        lambda line: self._say(f"distbench: simcluster: {line}\n"))
+
+    def _say(self, line: str):
+        with self._lock:
+            self.err.write(line)
+            self.err.flush()
+
+    def _kill_node(self, index: int) -> int:
+        return faults.kill_all(self.net.pids([self.net.nodes[index].netns]))
 
     def __enter__(self):
         try:
@@ -150,7 +161,8 @@ class SimCluster:
 
     def start(self, argv: list[str]):
         if self.slurm:
-            return self.submit(argv)
+            self.submit(argv)
+            return self.injector.start()
         mpirun = self.launcher == "mpirun"
         # under mpirun, node0's processes all descend from mpirun, which joins node0's cgroup before it
         # execs (as a torchrun node's agent does); the other nodes' orted join theirs through the agent
@@ -165,6 +177,7 @@ class SimCluster:
                 self._launch(node, self.node_argv(node, argv))
         if self.watcher:
             self.watcher.start()
+        self.injector.start()
 
     def _launch(self, node, argv: list[str]):
         """One node's process (torchrun, or mpirun in node0), in the node's cgroup where it has a
@@ -312,9 +325,10 @@ class SimCluster:
             Path(self.tmp, KEPT).write_text(json.dumps({"id": self.net.id, "namespaces": self.net.made,
                                                         "groups": [str(g.path) for g in self.made_groups]}) + "\n")
             return
-        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} \
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
             if threading.current_thread() is threading.main_thread() else {}
         try:
+            self.injector.stop()
             if self.watcher:
                 self.watcher.stop()
             if self.slurm:  # the job first (its ranks get SIGTERM and keep what finished), then the daemons
@@ -350,7 +364,8 @@ class SimCluster:
                 "launch": None if self.slurm else {"launcher": self.launcher, "command_line": _line(launch)},
                 **({} if self.launcher == "mpirun" else {"torchrun": _line(self.torchrun[0] if self.torchrun else [])}),
                 "recorded_utc": utc_now(), **self.net.facts(), "cpu_quotas": [g.facts() for g in self.groups],
-                "scheduler": self.slurm.facts(self.job_id) if self.slurm else None}
+                "scheduler": self.slurm.facts(self.job_id) if self.slurm else None,
+                **({"faults": self.injector.facts()} if self.injector.faults else {})}
 
     def quota_lines(self) -> list[str]:
         """What each quota did (from its cpu.stat), and a warning for one that never reached its
@@ -379,7 +394,7 @@ def mark_run(run_dir: str, facts: dict) -> bool:
 
 def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None, err=None, pairs: dict | None = None,
              quotas: list | None = None, controller: cpu.Controller | None = None, scheduler: str | None = None,
-             keep: bool = False, launcher: str = "torchrun") -> int:
+             keep: bool = False, launcher: str = "torchrun", timed_faults: list | None = None) -> int:
     """The whole command: build, run, record, tear down (on any exit; a kept cluster stays up once
     built). Exit code: the nodes' (under Slurm: the job's, as `sbatch --wait` gives it; under
     mpirun: mpirun's, the lowest failed rank's)."""
@@ -395,14 +410,15 @@ def simulate(rates: list[int], ranks_per_node: int, command: list[str], out=None
         err.write(f"distbench: simcluster: removed {len(stale)} namespace(s) left by an invocation that was killed: "
                   f"{', '.join(stale)}\n")
     cluster = SimCluster(rates, ranks_per_node, out=out, err=err, pairs=pairs, quotas=quotas, controller=controller,
-                         scheduler=scheduler, keep=keep, launcher=launcher)
+                         scheduler=scheduler, keep=keep, launcher=launcher, timed_faults=timed_faults)
     try:
         with cluster:
             err.write(f"distbench: simcluster {cluster.net.id}: {len(rates)} node(s) x {ranks_per_node} rank(s), "
                       + ", ".join([f"{n.name}={format_rate(n.rate_bits_s)}" for n in cluster.net.nodes]
                                   + [f"node{a}-node{b}={format_rate(r)}" for (a, b), r in sorted(cluster.net.pairs.items())])
                       + (" (tbf, htb for the pairs" if cluster.net.pairs else " (tbf") + ", no added delay)"
-                      + "".join(f"; cpu quota {g.describe()} (cgroup v{g.version})" for g in cluster.groups) + "\n")
+                      + "".join(f"; cpu quota {g.describe()} (cgroup v{g.version})" for g in cluster.groups)
+                      + "".join(f"; {f.describe()}" for f in cluster.injector.faults) + "\n")
             if cluster.slurm:
                 err.write(f"distbench: simcluster: {cluster.slurm.summary()}\n")
             err.flush()

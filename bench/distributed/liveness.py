@@ -1,0 +1,126 @@
+"""Who is still answering: every rank's heartbeat in the launch's store, and the question a rank
+asks when its case hangs or fails, "which node stopped answering?".
+
+A heartbeat is a counter in the store, added to every HEARTBEAT_S by a daemon thread of its own,
+on a store client of its own (CLIENT_TIMEOUT_S per operation), so a dead link never blocks the rank
+and the process group's store is never shared across threads. Values are compared only by the rank that reads them, on its own clock: no clocks are
+compared across hosts. The store is the launch's (MASTER_ADDR:MASTER_PORT: torchrun's agent store,
+else rank 0's), on node 0.
+
+silent_ranks() reads every rank's counter twice, WINDOW_S apart, on the heartbeat's own client: a
+rank whose counter has not moved is silent. From a node that has lost its link the store itself
+does not answer (this rank's own beats fail); that is said as such (StoreSilent). describe() turns
+either into the words of one line: which node, which ranks. With two nodes, a dead link at either
+end looks the same from both: said so.
+"""
+
+import datetime
+import os
+import threading
+import time
+
+HEARTBEAT_S = 1.0
+CLIENT_TIMEOUT_S = 5.0  # one store operation of the heartbeat or the probe
+WINDOW_S = 3.0  # a counter that has not moved in this long (three beats) is silent
+
+
+class StoreSilent(Exception):
+    """The launch's store did not answer from this rank."""
+
+
+def store_address() -> str:
+    return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+
+
+def client(timeout_s: float = CLIENT_TIMEOUT_S):
+    """A store client of its own to the launch's store (MASTER_ADDR / MASTER_PORT)."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+
+
+class Heartbeat:
+    """add(key, 1) every HEARTBEAT_S until stop(), on a store client of its own made once (a
+    client made again from a node without its link would only add c10d's connection errors;
+    after a timed-out operation a late reply is read by the next one, harmless for a counter).
+    read(keys) reads counters on the same client, under the same lock."""
+
+    def __init__(self, key: str, store=None):
+        self.key, self.store = key, store
+        self.lock, self._stop = threading.Lock(), threading.Event()
+        self.errors, self.last_ok = 0, time.monotonic()
+        self._beat_once()
+        self.thread = threading.Thread(target=self._beat, daemon=True, name="distbench-heartbeat")
+        self.thread.start()
+
+    def _beat_once(self):
+        try:
+            with self.lock:
+                if self.store is None:
+                    self.store = client()
+                self.store.add(self.key, 1)
+            self.last_ok = time.monotonic()
+        except Exception:  # noqa: BLE001 - a link that is down: the next beat tries again
+            self.errors += 1
+
+    def _beat(self):
+        while not self._stop.wait(HEARTBEAT_S):
+            self._beat_once()
+
+    def silent_for(self) -> float:
+        """Seconds since this rank's own last successful beat."""
+        return time.monotonic() - self.last_ok
+
+    def read(self, keys: list[str]) -> list[int]:
+        with self.lock:
+            if self.store is None:
+                raise StoreSilent("no connection to the store")
+            return [self.store.add(k, 0) for k in keys]
+
+    def stop(self):
+        self._stop.set()
+        self.thread.join(timeout=CLIENT_TIMEOUT_S + HEARTBEAT_S)
+
+
+def silent_ranks(beat: Heartbeat, keys: list[str], window_s: float = WINDOW_S) -> list[int]:
+    """Indices of the keys whose counters did not move in window_s; StoreSilent if the store
+    does not answer this rank (its own beats fail, or a read does)."""
+    if beat.silent_for() > window_s:
+        raise StoreSilent(f"this rank's own heartbeat has failed for {beat.silent_for():.0f} s")
+    try:
+        first = beat.read(keys)
+        time.sleep(window_s)
+        second = beat.read(keys)
+    except StoreSilent:
+        raise
+    except Exception as e:  # noqa: BLE001 - DistStoreError, a timeout, a refused connection
+        raise StoreSilent(" ".join(str(e).split())[:200]) from None
+    return [i for i, (a, b) in enumerate(zip(first, second)) if a == b]
+
+
+def describe(silent: list[int], hosts: list[str], me: int) -> str:
+    """The words for ranks that stopped answering, by node: '' when none did."""
+    if not silent:
+        return ""
+    by_host: dict[str, list[int]] = {}
+    for r in silent:
+        by_host.setdefault(hosts[r] if r < len(hosts) else "?", []).append(r)
+    others = {h for h in hosts if h != hosts[me]}
+    if len(others) >= 2 and others <= set(by_host) and hosts[me] not in by_host:
+        return (f"no other node answers (no heartbeat in {WINDOW_S:g} s from {', '.join(sorted(by_host))}): "
+                f"this node's ({hosts[me]}'s) link is the likely fault")
+    parts = [f"{h} (rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))})" for h, rs in sorted(by_host.items())]
+    two = (f" (of two nodes, {hosts[me]}'s link and {parts[0].split()[0]}'s cannot be told apart from here)"
+           if len(others) == 1 and len(by_host) == 1 and hosts[me] not in by_host else "")
+    return f"{', '.join(parts)} stopped answering: no heartbeat in {WINDOW_S:g} s{two}"
+
+
+def explain(beat: Heartbeat, keys: list[str], hosts: list[str], me: int) -> str:
+    """One clause for a failure message: who stopped answering, as this rank sees it ('' if all do)."""
+    try:
+        return describe(silent_ranks(beat, keys), hosts, me)
+    except StoreSilent as e:
+        host0 = hosts[0] if hosts else "node 0"
+        return (f"the launch's store at {store_address()} ({host0}) does not answer from {hosts[me] if me < len(hosts) else 'here'}: "
+                f"this node's link, or {host0}, is down ({e})")
