@@ -155,3 +155,45 @@ def test_meta_updates_from_two_processes_and_their_threads_are_all_kept(tmp_path
     assert sorted(launches) == ["p.0", "p.1", "q.0", "q.1"]
     assert {k: len(v["done"]) for k, v in launches.items()} == {k: 60 for k in launches}
     assert not [f for f in rd.path.iterdir() if f.name.startswith(".") and f.name != ".lock"]  # no temp file left
+
+
+def _merge_during_first(monkeypatch, module, name, writer):
+    """module.name runs the writer's merge just before its first call: a merge by another process
+    in the middle of a read, made deterministic."""
+    real, calls = getattr(module, name), []
+
+    def once(*a, **kw):
+        if not calls:
+            calls.append(1)
+            writer.finalize()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(module, name, once)
+    return calls
+
+
+def test_a_merge_in_the_middle_of_load_run_is_read_again(tmp_path, monkeypatch):
+    from bench.results import store
+
+    root = tmp_path / "results"
+    write_run(str(root), "r1", cases=3)  # merged
+    w = RunWriter(root, "s", "r1", part_prefix="resume1-")
+    for i in (3, 4):
+        w.write_case({"results": [_row("r1", i)]})
+    calls = _merge_during_first(monkeypatch, store, "_read_parts", w)  # listed, then merged away
+    run = load_run(w.dir)
+    assert calls and run.problems == [] and sorted(run["results"]["case_id"]) == [f"c{i:04d}" for i in range(5)]
+    assert not (w.dir / "parts").exists()
+
+
+def test_a_merge_in_the_middle_of_the_index_scan_is_scanned_again(tmp_path, monkeypatch):
+    root = tmp_path / "results"
+    write_run(str(root), "r1", cases=3)
+    w = RunWriter(root, "s", "r1", part_prefix="resume1-")
+    for i in (3, 4):
+        w.write_case({"results": [_row("r1", i)]})
+    calls = _merge_during_first(monkeypatch, ix, "scan", w)
+    idx = ix.build(root)
+    assert calls and idx.problems == [] and idx.runs["rows"].tolist() == [5]
+    df, skipped = ix.scan_runs([w.dir], "filename, case_id")  # what history reads
+    assert skipped == [] and sorted(df["case_id"]) == [f"c{i:04d}" for i in range(5)]
