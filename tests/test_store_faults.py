@@ -391,6 +391,15 @@ def test_runs_skips_and_names_a_truncated_table_and_part(tmp_path, capsys):
 
 
 
+def test_runs_names_an_unreadable_meta_json(tmp_path, capsys):
+    root, good, bad = _root_with_a_damaged_run(tmp_path)
+    (good / "meta.json").write_text('{"suite": ')  # truncated
+    assert main(["runs", "--out", str(root), "--format", "json"]) == 0
+    listed = {r["dir"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed[str(good)]["why"] == "unreadable, skipped: meta.json" and listed[str(good)]["rows"] == 4
+    assert any(p.startswith(f"{good / 'meta.json'}: unreadable meta.json") for p in ix.build(root).problems)
+
+
 def test_history_skips_a_truncated_table_and_part(tmp_path, capsys):
     root, good, bad = _root_with_a_damaged_run(tmp_path)
     assert main(["history", "--out", str(root), "--group", "all_reduce", "--format", "json"]) == 0

@@ -119,12 +119,11 @@ def _counts(dirs: list[Path]) -> tuple[dict[str, tuple[int, int, list[str]]], li
 
 
 def _meta(d: Path, problems: list[str]) -> dict:
-    """meta.json as `distbench runs` lists it; an unreadable one is named in problems."""
+    """meta.json as `distbench runs` lists it ({} when absent); an unreadable one is named in problems."""
     try:
-        read_meta(d, problems)
+        return read_meta(d, problems)
     except BenchError:  # a newer schema version: listed as stored (show and report say they cannot read it)
-        pass
-    return runs_mod.read_meta(d)
+        return runs_mod.read_meta(d)
 
 
 def _row(path: Path, meta: dict, counts, skipped: list[str]) -> dict:
@@ -134,6 +133,8 @@ def _row(path: Path, meta: dict, counts, skipped: list[str]) -> dict:
     if any("done" in la for la in launches):
         cases = sum(len(la.get("done") or []) for la in launches)
     state, why = runs_mod.state_of(path, meta)
+    if "meta.json" in skipped:  # not "no meta.json": there is one, it cannot be read
+        why = ""
     if skipped:  # named in `distbench runs` beside the run (the full reasons are in Index.problems)
         why = "; ".join(x for x in (why, f"unreadable, skipped: {', '.join(skipped)}") if x)
     software = meta.get("software") or {}
@@ -169,7 +170,7 @@ def build(root) -> Index:
         mine = [f"{f}: unreadable parquet, skipped ({why})" for r, f, why in bad if r == d]
         meta_problems: list[str] = []
         meta = _meta(d, meta_problems)
-        names = [str(f.relative_to(d)) for r, f, _ in bad if r == d] + ["meta.json"] * bool(meta_problems)
+        names = [str(f.relative_to(d)) for r, f, _ in bad if r == d] + ["meta.json"] * bool(meta_problems and not meta)
         problems += meta_problems + mine
         rows.append(_row(d, meta, counts.get(str(d), (0, 0, [])), names))
     df = pd.DataFrame(rows, columns=list(COLUMNS))

@@ -157,8 +157,10 @@ class RunWriter:
             return []
         read_meta(self.dir, [])  # a newer schema version: BenchError, before anything is rewritten
         with locked(self.dir):
+            if not parts.is_dir():  # merged meanwhile by another process (the launcher, rank 0 stopping)
+                return []
             problems = [p for tdir in sorted(p for p in parts.iterdir() if p.is_dir()) for p in self._merge(tdir)]
-            if parts.is_dir() and not any(parts.iterdir()):
+            if not any(parts.iterdir()):
                 parts.rmdir()
             if problems:
                 self.update_meta(lambda m: {**m, "problems": [*m.get("problems", []), *problems]})
