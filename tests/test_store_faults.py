@@ -157,11 +157,12 @@ def test_list_runs_names_foreign_entries(tmp_path):
     (tmp_path / "s" / "emptydir").mkdir()
     (tmp_path / "baselines" / "fp").mkdir(parents=True)  # known: not a suite
     (tmp_path / ".cache").mkdir()
+    (tmp_path / "s" / "20240103T000000-c" / ".progress").mkdir(parents=True)  # a run being made: hidden entries only
     runs, problems = list_runs(tmp_path)
     assert [p.name for p in runs] == ["20240101T000000-a", "20240102T000000-b"]
     text = "\n".join(problems)
     assert "README.md" in text and "junk.txt" in text and "emptydir" in text
-    assert "baselines" not in text and ".cache" not in text and len(problems) == 3
+    assert "baselines" not in text and ".cache" not in text and "-c" not in text and len(problems) == 3
     assert list_runs(tmp_path / "missing") == ([], [])
 
 
