@@ -162,7 +162,7 @@ def test_list_runs_names_foreign_entries(tmp_path):
     assert [p.name for p in runs] == ["20240101T000000-a", "20240102T000000-b"]
     text = "\n".join(problems)
     assert "README.md" in text and "junk.txt" in text and "emptydir" in text
-    assert "baselines" not in text and ".cache" not in text and "-c" not in text and len(problems) == 3
+    assert "baselines" not in text and ".cache" not in text and "20240103T000000-c" not in text and len(problems) == 3
     assert list_runs(tmp_path / "missing") == ([], [])
 
 
