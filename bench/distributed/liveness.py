@@ -2,8 +2,10 @@
 asks when its case hangs or fails, "which node stopped answering?".
 
 A heartbeat is a counter in the store, added to every HEARTBEAT_S by a daemon thread of its own,
-on a store client of its own (CLIENT_TIMEOUT_S per operation), so a dead link never blocks the rank
-and the process group's store is never shared across threads. Values are compared only by the rank that reads them, on its own clock: no clocks are
+on a store client of its own, so a dead link never blocks the rank and the process group's store is
+never shared across threads. A store operation over a dead link can block for good (the client's
+timeout bounds connecting and waiting, not every reply): whoever asks gives up on the client's lock
+after LOCK_WAIT_S, and a failing rank asks in a thread it leaves after ASK_S. Values are compared only by the rank that reads them, on its own clock: no clocks are
 compared across hosts. The store is the launch's (MASTER_ADDR:MASTER_PORT: torchrun's agent store,
 else rank 0's), on node 0.
 
@@ -11,17 +13,22 @@ silent_ranks() reads every rank's counter twice, WINDOW_S apart, on the heartbea
 rank whose counter has not moved is silent. From a node that has lost its link the store itself
 does not answer (this rank's own beats fail); that is said as such (StoreSilent). describe() turns
 either into the words of one line: which node, which ranks. With two nodes, a dead link at either
-end looks the same from both: said so.
+end looks the same from both: said so. A rank that ends on an error of its own says bye first
+(the cascade after one node dies: its peers' collectives fail, they exit, and their silence is
+not the fault): those are named apart.
 """
 
 import datetime
 import os
+from contextlib import contextmanager
 import threading
 import time
 
 HEARTBEAT_S = 1.0
 CLIENT_TIMEOUT_S = 5.0  # one store operation of the heartbeat or the probe
 WINDOW_S = 3.0  # a counter that has not moved in this long (three beats) is silent
+LOCK_WAIT_S = 2.0  # the heartbeat thread holding its client longer than this is stuck in the store
+ASK_S = 15.0  # the most a failing rank spends asking who stopped answering (bench.harness.rank)
 
 
 class StoreSilent(Exception):
@@ -73,10 +80,40 @@ class Heartbeat:
         return time.monotonic() - self.last_ok
 
     def read(self, keys: list[str]) -> list[int]:
-        with self.lock:
+        with self._locked():
             if self.store is None:
                 raise StoreSilent("no connection to the store")
             return [self.store.add(k, 0) for k in keys]
+
+    @contextmanager
+    def _locked(self):
+        """Hold the client's lock; StoreSilent when the heartbeat thread has held it for LOCK_WAIT_S
+        (it is blocked in a store operation: the store does not answer)."""
+        if not self.lock.acquire(timeout=LOCK_WAIT_S):
+            raise StoreSilent(f"this rank's heartbeat has been waiting on the store for over {LOCK_WAIT_S:g} s")
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    def bye(self, message: str):
+        """This rank ends on an error of its own: said in the store (key + '/bye') before it goes,
+        so that the others do not take its silence for the fault. Skipped where the store does not
+        answer (its own beats fail)."""
+        if self.silent_for() > WINDOW_S:
+            return
+        try:
+            with self._locked():
+                if self.store is not None:
+                    self.store.set(self.key + "/bye", " ".join(message.split())[:300])
+        except Exception:  # noqa: BLE001 - a rank without its link cannot say goodbye
+            pass
+
+    def ended(self, keys: list[str]) -> dict[int, str]:
+        """{index: message} of the keys whose ranks said bye."""
+        with self._locked():
+            return {i: self.store.get(k + "/bye").decode() for i, k in enumerate(keys)
+                    if self.store.check([k + "/bye"])}
 
     def stop(self):
         self._stop.set()
@@ -99,27 +136,35 @@ def silent_ranks(beat: Heartbeat, keys: list[str], window_s: float = WINDOW_S) -
     return [i for i, (a, b) in enumerate(zip(first, second)) if a == b]
 
 
-def describe(silent: list[int], hosts: list[str], me: int) -> str:
-    """The words for ranks that stopped answering, by node: '' when none did."""
+def describe(silent: list[int], hosts: list[str], me: int, ended: dict | None = None) -> str:
+    """The words for ranks that stopped answering, by node: '' when none did. When every other node
+    is silent and this rank shares node 0 with the store (so reading it proves nothing about its
+    link), this node's link is named instead."""
+    ended = {r: m for r, m in (ended or {}).items() if r != me}
+    gone = sorted(set(ended) & set(silent))
+    after = (f"; {', '.join(f'{hosts[r]} (rank {r})' for r in gone)} ended on an error of its own" if gone else "")
+    silent = [r for r in silent if r not in ended]
     if not silent:
-        return ""
+        return after.lstrip("; ")
     by_host: dict[str, list[int]] = {}
     for r in silent:
         by_host.setdefault(hosts[r] if r < len(hosts) else "?", []).append(r)
     others = {h for h in hosts if h != hosts[me]}
-    if len(others) >= 2 and others <= set(by_host) and hosts[me] not in by_host:
+    # the store is on rank 0's node: a rank elsewhere that reads it has a working link itself
+    if hosts[me] == hosts[0] and len(others) >= 2 and others <= set(by_host) and hosts[me] not in by_host:
         return (f"no other node answers (no heartbeat in {WINDOW_S:g} s from {', '.join(sorted(by_host))}): "
-                f"this node's ({hosts[me]}'s) link is the likely fault")
+                f"this node's ({hosts[me]}'s) link is the likely fault{after}")
     parts = [f"{h} (rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))})" for h, rs in sorted(by_host.items())]
     two = (f" (of two nodes, {hosts[me]}'s link and {parts[0].split()[0]}'s cannot be told apart from here)"
            if len(others) == 1 and len(by_host) == 1 and hosts[me] not in by_host else "")
-    return f"{', '.join(parts)} stopped answering: no heartbeat in {WINDOW_S:g} s{two}"
+    return f"{', '.join(parts)} stopped answering: no heartbeat in {WINDOW_S:g} s{two}{after}"
 
 
 def explain(beat: Heartbeat, keys: list[str], hosts: list[str], me: int) -> str:
     """One clause for a failure message: who stopped answering, as this rank sees it ('' if all do)."""
     try:
-        return describe(silent_ranks(beat, keys), hosts, me)
+        silent = silent_ranks(beat, keys)
+        return describe(silent, hosts, me, beat.ended(keys) if silent else {})
     except StoreSilent as e:
         host0 = hosts[0] if hosts else "node 0"
         return (f"the launch's store at {store_address()} ({host0}) does not answer from {hosts[me] if me < len(hosts) else 'here'}: "

@@ -32,6 +32,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from bench import telemetry
 from bench.distributed import liveness
 from bench.distributed.env import init_rank
+from bench.errors import LaunchError
 from bench.harness.session import Job, finish_meta, open_launch, start_meta
 from bench.results.metadata import utc_now
 from bench.results.rundir import RunDir
@@ -45,8 +46,9 @@ MARGIN = 20.0  # derived limit = MARGIN x the unit's estimated seconds (at least
 NO_ESTIMATE_S = 600.0  # derived limit where the kind cannot estimate a unit
 
 
-class CaseError(RuntimeError):
-    """An exception inside a unit, with the unit named (its message reaches the launcher)."""
+class CaseError(LaunchError):
+    """An exception inside a unit, with the unit named (its message reaches the launcher): one
+    line, exit 1 (bench.cli)."""
 
 
 def unit_key(unit) -> str:
@@ -76,7 +78,7 @@ class Watchdog:
     def __init__(self, rank: int, run_dir: Path | None = None, explain=None, on_fire=None):
         self.rank, self.deadline, self.what, self.run_dir = rank, None, "", run_dir
         self.extendable, self.started = False, 0.0
-        self.explain = explain  # () -> '' or who stopped answering (bench.distributed.liveness), asked on firing
+        self.explain = explain  # (own message) -> '' or who stopped answering (bench.distributed.liveness), asked on firing
         self.on_fire = on_fire  # (message) -> None: rank 0 under an external launcher keeps the run
         self._stopped = threading.Event()  # set when the launch ends: the thread never outlives it
         self._unwatch = deadline.watch(self.extend)
@@ -108,7 +110,7 @@ class Watchdog:
             d = self.deadline
             if d is not None and time.monotonic() > d:
                 msg = f"case {self.what} exceeded its wall-clock limit of {round(self.limit_s, 1):g} s on rank {self.rank}"
-                why = _ask(self.explain)
+                why = _ask(self.explain, msg)
                 msg += f"; {why}" if why else ""
                 print(f"distbench: {msg}", file=sys.stderr, flush=True)
                 _write_error_file(msg)
@@ -119,11 +121,21 @@ class Watchdog:
 
 
 def _ask(fn, *args) -> str:
-    """fn(*args) or '' : a failing explanation never keeps a failing rank from ending."""
-    try:
-        return (fn(*args) or "") if fn else ""
-    except Exception:  # noqa: BLE001
+    """fn(*args) or '': asked in a thread of its own and left after liveness.ASK_S, so that a
+    failing explanation (a store that never replies) never keeps a failing rank from ending."""
+    if not fn:
         return ""
+    out = [""]
+
+    def call():
+        try:
+            out[0] = fn(*args) or ""
+        except Exception:  # noqa: BLE001
+            pass
+    t = threading.Thread(target=call, daemon=True, name="distbench-ask")
+    t.start()
+    t.join(timeout=liveness.ASK_S)
+    return out[0]
 
 
 def _write_error_file(message: str):
@@ -294,7 +306,11 @@ def _heartbeat(launch, info):
     keys = [f"distbench/alive/{launch.run_id}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{r}"
             for r in range(info.world)]
     beat = liveness.Heartbeat(keys[info.rank])
-    return beat, lambda: liveness.explain(beat, keys, launch.hosts, info.rank)
+
+    def explain(own: str) -> str:
+        beat.bye(own)  # before the question: a peer asking meanwhile knows this rank ended on its own error
+        return liveness.explain(beat, keys, launch.hosts, info.rank)
+    return beat, explain
 
 
 def run_launch(job: Job, info, init_s: float) -> dict:
@@ -348,8 +364,9 @@ def run_launch(job: Job, info, init_s: float) -> dict:
                 try:
                     tables = kind.measure(unit, launch)
                 except Exception as e:  # noqa: BLE001 - name the unit, keep the cause, say who stopped answering
-                    why = _ask(explain)
-                    msg = f"case {k} failed on rank {info.rank}: {type(e).__name__}: {e}" + (f"; {why}" if why else "")
+                    msg = f"case {k} failed on rank {info.rank}: {type(e).__name__}: {e}"
+                    why = _ask(explain, msg)
+                    msg += f"; {why}" if why else ""
                     _ask(failed, msg)
                     raise CaseError(msg) from e
                 dog.disarm()
