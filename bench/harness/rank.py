@@ -36,7 +36,7 @@ from bench.errors import LaunchError
 from bench.harness.session import Job, finish_meta, open_launch, start_meta
 from bench.results.metadata import utc_now
 from bench.results.rundir import RunDir
-from bench.results.store import RunWriter
+from bench.results.store import RunWriter, WriteError
 from bench.timing import deadline
 from bench.timing.progress import Progress
 
@@ -342,13 +342,11 @@ def run_launch(job: Job, info, init_s: float) -> dict:
 
     def keep(tables: dict, done_key: str | None, seconds: float | None = None):
         nonlocal rows, wrong
-        writer.write_case(tables)
+        writer.write_case(tables, done=(key, done_key, seconds) if done_key else None)  # parts and mark: all or nothing
         live.done(tables)
         results = tables.get("results", [])
         rows += len(results)
         wrong += sum(int(r.get("wrong") or 0) for r in results)
-        if done_key:
-            writer.run.mark_done(key, done_key, seconds)
 
     try:
         for n, (i, unit) in enumerate(todo, 1):
@@ -363,6 +361,8 @@ def run_launch(job: Job, info, init_s: float) -> dict:
             with _stops_held(writer is not None):
                 try:
                     tables = kind.measure(unit, launch)
+                except WriteError:
+                    raise  # the store refused a write (a full disk): its own line names the path and what is kept
                 except Exception as e:  # noqa: BLE001 - name the unit, keep the cause, say who stopped answering
                     msg = f"case {k} failed on rank {info.rank}: {type(e).__name__}: {e}"
                     why = _ask(explain, msg)

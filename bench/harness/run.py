@@ -10,6 +10,7 @@ the run marked interrupted. `--keep-going`: after a failed case, a fresh launch 
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -30,7 +31,7 @@ from bench.kind import Kind, Plan
 from bench.harness.rank import CASE_TIMEOUT_EXIT, worker_main
 from bench.results import durations, fingerprint
 from bench.results.metadata import git_info, new_run_id, utc_now
-from bench.results.rundir import RESULTS_LINE, RunDir
+from bench.results.rundir import RESULTS_LINE, RunDir, WriteError
 from bench.results.store import RunWriter, load_run
 
 INTERRUPTED_EXIT = 130
@@ -232,6 +233,10 @@ def run(kind: Kind, cfg, backend: str, plan: Plan, resume: str | None = None) ->
                              f"{run_dir}; continue with: distbench {kind.name} --resume {run_id} (same options)",
                              INTERRUPTED_EXIT)
             except Exception as e:  # noqa: BLE001 - a rank failed: say which and why, keep what was written
+                refused = store_refused(e, run_dir)
+                if refused:  # the disk filled (a quota, a read-only mount): the store's own line says it all
+                    _stop(kind, run_dir, "failed", None, 2)
+                    raise WriteError(refused) from None
                 setting = f" with {lp.env}" if lp.env else ""
                 print(f"distbench: a rank failed at world {lp.world}{setting}: {describe_failure(e, lp.world, run_dir)}",
                       file=sys.stderr)
@@ -262,14 +267,30 @@ def _done(run_dir: Path) -> frozenset:
     return frozenset(k for launch_ in meta.get("launches", {}).values() for k in launch_.get("done", []))
 
 
-def _stop(kind: Kind, run_dir: Path, state: str, message: str, code: int) -> int:
+def _stop(kind: Kind, run_dir: Path, state: str, message: str | None, code: int) -> int:
     """A run that ends early: merge what finished, mark the state, say how to go on."""
     if (run_dir / "meta.json").exists():
         w = RunWriter.at(run_dir)
-        w.finalize()
-        w.update_meta(lambda m: {**m, "state": state, "ended_utc": utc_now()})
-    print(message, file=sys.stderr)
+        try:
+            w.finalize()
+            w.update_meta(lambda m: {**m, "state": state, "ended_utc": utc_now()})
+        except WriteError:  # the disk is still full: the parts stay whole and readable, unmerged
+            pass
+    if message:
+        print(message, file=sys.stderr)
     return code
+
+
+def store_refused(e: BaseException, run_dir: Path | None) -> str | None:
+    """The store's one-line WriteError message (bench.results.rundir) when a rank ended on it."""
+    texts = [n["message"] for n in rank_errors(run_dir)]
+    if isinstance(e, ChildFailedError):
+        texts += [_message(f) for f in e.failures.values()]
+    for t in texts:
+        m = re.search(r"\bWriteError: (.*)", meaningful_line(t))  # also inside a CaseError's message
+        if m:
+            return m.group(1)
+    return None
 
 
 def close_run(kind: Kind, cfg, out_dir, wrong: int) -> int:

@@ -109,12 +109,10 @@ class History:
 
 
 def _rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every results row of these runs (one DuckDB scan), with its run directory."""
-    owner = {str(f): d for d in runs["dir"] for f in ix.results_files(Path(d))}
-    df = ix.scan([Path(f) for f in owner], "*")
+    """Every results row of these runs (one DuckDB scan, as of one moment per run), with its run directory."""
+    df, _ = ix.scan_runs(runs["dir"], "*")  # files it cannot read are named by ix.build (Index.problems)
     if df.empty:
         return df
-    df["dir"] = df["filename"].map(owner)
     df["kind"] = df["kind"].map(normalize_kind)
     return df
 
@@ -242,7 +240,7 @@ def history(root, target: Target, *, suite=None, kind=None, fingerprint=None, me
     hit = hit.assign(fingerprint=hit["dir"].map(meta["fingerprint"]))
     positions = commit_positions(repo)
     gens = baseline_generations(root)
-    points, steps, notes = [], [], []
+    points, steps, notes = [], [], [f"not read: {p}" for p in idx.problems]
     for finger, line in hit.groupby("fingerprint", sort=True):
         case = pd.Series(list(map(tuple, line[keys].astype(str).values)), index=line.index)
         runs_with = line.groupby(case)["dir"].nunique()  # the target's cases every run of this line has
