@@ -477,3 +477,35 @@ def test_the_node_floor_is_its_own():
     slow = matrix(4, 1, noise=0.01, seed=5, slow=lambda a, b, na, nb: 0.75 if "node2" in (na, nb) and na != nb else 1.0)
     assert [x.name for x in diagnose(slow, compute(4), TH)] == ["node node2"]
     assert diagnose(slow, compute(4), Thresholds(node_shortfall=0.3)) == []
+
+
+def test_the_ping_pong_leaves_the_peers_late_start_out(monkeypatch):
+    """The peer leaves the barrier `lag` seconds after this rank: a single timed round trip read
+    (lag + rtt) / 2 as the one-way latency. One untimed trip, then PING_TRIPS timed: rtt / 2."""
+    from bench.doctor import probe
+
+    rtt, lag, clock, calls = 100e-6, 5e-3, [0.0], []
+
+    def recv(buf, peer):
+        clock[0] += rtt / 2 + (lag if not calls else 0.0)  # the first reply waits for the late peer
+        calls.append("recv")
+
+    def send(buf, peer):
+        clock[0] += rtt / 2
+
+    class Timer:
+        def start(self):
+            self.t0 = clock[0]
+            calls.append("start")
+
+        def stop(self):
+            return clock[0] - self.t0
+
+    monkeypatch.setattr(probe.dist, "send", send)
+    monkeypatch.setattr(probe.dist, "recv", recv)
+    one_way = probe._ping_pong(0, 1, True, None, Timer())
+    assert one_way == pytest.approx(rtt / 2)  # was (lag + rtt) / 2 = 2.55 ms for a 50 us link
+    assert calls == ["recv", "start"] + ["recv"] * probe.PING_TRIPS
+    calls.clear()
+    assert probe._ping_pong(1, 0, False, None, Timer()) is None
+    assert calls == ["recv"] * (probe.PING_TRIPS + 1)  # the peer answers the untimed trip and every timed one

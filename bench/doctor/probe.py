@@ -14,15 +14,25 @@ def _buffers(n_bytes: int, rank: int, device) -> torch.Tensor:
     return torch.full((max(n_bytes // 4, 1),), float(rank), dtype=torch.float32, device=device)
 
 
-def _ping_pong(me: int, peer: int, first: bool, buf: torch.Tensor, timer) -> float | None:
-    """One round trip of `buf`, started by the `first` rank; its one-way seconds (round trip / 2)."""
+PING_TRIPS = 4  # round trips under one timer, after one untimed
+
+
+def _ping_pong(me: int, peer: int, first: bool, buf: torch.Tensor, timer, trips: int = PING_TRIPS) -> float | None:
+    """Round trips of `buf`, started by the `first` rank; its one-way seconds. One untimed round
+    trip first: when it is back, the peer has left the barrier and is in its loop, so the timer
+    holds no barrier-exit lag of the peer (a single timed trip did: on a busy host or a GPU, that
+    lag read as latency). Then `trips` round trips under one timer: one-way = time / (2 trips)."""
     if first:
-        timer.start()
         dist.send(buf, peer)
         dist.recv(buf, peer)
-        return timer.stop() / 2
-    dist.recv(buf, peer)
-    dist.send(buf, peer)
+        timer.start()  # on CUDA, recorded behind the untimed recv on the stream: starts when it is back
+        for _ in range(trips):
+            dist.send(buf, peer)
+            dist.recv(buf, peer)
+        return timer.stop() / (2 * trips)
+    for _ in range(trips + 1):
+        dist.recv(buf, peer)
+        dist.send(buf, peer)
     return None
 
 
