@@ -107,3 +107,27 @@ def test_a_heartbeat_stuck_in_the_store_makes_the_question_give_up(store, monkey
         assert beat.read(["t/alive/0"])[0] >= 1
     finally:
         beat.stop()
+
+
+def test_a_rank_whose_beats_stalled_in_a_case_marks_it_degraded(store, monkeypatch):
+    """Rank 0 reads every counter at a case's start and end: a rank that beat 3 or more times
+    fewer than the case's seconds allow stalled in it (a link that went down and came back)."""
+    clock = [100.0]
+    monkeypatch.setattr(liveness, "HEARTBEAT_S", 1.0)
+    monkeypatch.setattr(liveness.time, "monotonic", lambda: clock[0])
+    keys = ["t/alive/0", "t/alive/1"]
+    beat = liveness.Heartbeat(keys[0])
+    beat.stop()  # counters moved by hand below
+    beat.last_ok = clock[0]
+    stalls = liveness.Stalls(beat, keys, lambda: ["n0", "n1"])
+    stalls.start()
+    store.add(keys[0], 10)
+    store.add(keys[1], 2)  # 10 s of case: rank 1 beat twice
+    clock[0] += 10.0
+    assert stalls.note() == ("heartbeats stalled during this case: n1 (rank 1) ~8 s (a link outage or a stopped "
+                             "rank: the samples hold it)")
+    stalls.start()
+    store.add(keys[0], 2)
+    store.add(keys[1], 1)
+    clock[0] += 2.0  # a short case: never judged (one beat short is scheduling)
+    assert stalls.note() == ""

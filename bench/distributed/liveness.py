@@ -169,3 +169,43 @@ def explain(beat: Heartbeat, keys: list[str], hosts: list[str], me: int) -> str:
         host0 = hosts[0] if hosts else "node 0"
         return (f"the launch's store at {store_address()} ({host0}) does not answer from {hosts[me] if me < len(hosts) else 'here'}: "
                 f"this node's link, or {host0}, is down ({e})")
+
+
+STALL_BEATS = 3  # a rank this many beats short over a case has stalled in it
+
+
+class Stalls:
+    """Rank 0, around each case: which ranks' heartbeats stalled during it (a link that went down
+    and came back, a rank stopped for a while). Their counters are read at the case's start and
+    end; a rank that beat STALL_BEATS fewer times than the case's seconds allow was silent for
+    about that long, and the case's samples hold it. Only cases longer than STALL_BEATS seconds
+    can be flagged."""
+
+    def __init__(self, beat: Heartbeat, keys: list[str], hosts):
+        self.beat, self.keys, self.hosts = beat, keys, hosts
+        self.t0, self.c0 = 0.0, None
+
+    def start(self):
+        self.t0 = time.monotonic()
+        try:
+            self.c0 = self.beat.read(self.keys)
+        except Exception:  # noqa: BLE001 - no start reading: nothing is judged for this case
+            self.c0 = None
+
+    def note(self) -> str:
+        """'' or the words for the case's `degraded` column."""
+        if self.c0 is None:
+            return ""
+        elapsed = time.monotonic() - self.t0
+        try:
+            c1 = self.beat.read(self.keys)
+        except Exception:  # noqa: BLE001
+            return ""
+        hosts = self.hosts()
+        short = [(r, elapsed / HEARTBEAT_S - (b - a)) for r, (a, b) in enumerate(zip(self.c0, c1))]
+        stalled = [(r, miss) for r, miss in short if miss >= STALL_BEATS]
+        if not stalled:
+            return ""
+        who = ", ".join(f"{hosts[r] if r < len(hosts) else '?'} (rank {r}) ~{miss * HEARTBEAT_S:.0f} s"
+                        for r, miss in stalled)
+        return f"heartbeats stalled during this case: {who} (a link outage or a stopped rank: the samples hold it)"

@@ -299,10 +299,11 @@ def worker_main(job: Job) -> dict:
 
 
 def _heartbeat(launch, info):
-    """This rank's heartbeat in the launch's store, and the question to ask when a case hangs or
-    fails (bench.distributed.liveness); (None, None) for one rank or without a store address."""
+    """This rank's heartbeat in the launch's store, the question to ask when a case hangs or fails,
+    and on rank 0 the stalls of a case (bench.distributed.liveness); Nones for one rank or without
+    a store address."""
     if info.world < 2 or "MASTER_ADDR" not in os.environ:
-        return None, None
+        return None, None, None
     keys = [f"distbench/alive/{launch.run_id}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{r}"
             for r in range(info.world)]
     beat = liveness.Heartbeat(keys[info.rank])
@@ -310,7 +311,14 @@ def _heartbeat(launch, info):
     def explain(own: str) -> str:
         beat.bye(own)  # before the question: a peer asking meanwhile knows this rank ended on its own error
         return liveness.explain(beat, keys, launch.hosts, info.rank)
-    return beat, explain
+    stalls = liveness.Stalls(beat, keys, lambda: launch.hosts) if info.rank == 0 else None
+    return beat, explain, stalls
+
+
+def _mark_degraded(tables: dict, note: str):
+    """A case whose heartbeats stalled says so in its rows' `degraded` (kept with what it had)."""
+    for row in tables.get("results", []) if note else []:
+        row["degraded"] = "; ".join(x for x in (row.get("degraded") or "", note) if x)
 
 
 def run_launch(job: Job, info, init_s: float) -> dict:
@@ -334,7 +342,7 @@ def run_launch(job: Job, info, init_s: float) -> dict:
     if writer and external:
         _stop["on_exit"] = functools.partial(_note_stopped, writer.dir, kind.name, launch.run_id)
     launch.tel = telemetry.start(job, info, writer)
-    beat, explain = _heartbeat(launch, info)
+    beat, explain, stalls = _heartbeat(launch, info)
     failed = functools.partial(_note_failed, writer.dir, kind.name, launch.run_id) if writer and external else None
     dog = Watchdog(info.rank, run_dir if job.run_id else None, explain=explain, on_fire=failed)
     progress = Progress(len(todo)) if info.rank == 0 else None
@@ -358,6 +366,8 @@ def run_launch(job: Job, info, init_s: float) -> dict:
             release_between_cases(info.device)
             started = time.perf_counter()  # the case's wall time, stored for --dry-run's estimates
             dog.arm(k, case_limit_s(kind, cfg, unit), extendable=cfg.case_timeout_s <= 0)
+            if stalls:
+                stalls.start()
             with _stops_held(writer is not None):
                 try:
                     tables = kind.measure(unit, launch)
@@ -370,6 +380,8 @@ def run_launch(job: Job, info, init_s: float) -> dict:
                     _ask(failed, msg)
                     raise CaseError(msg) from e
                 dog.disarm()
+                if stalls:
+                    _mark_degraded(tables, stalls.note())
                 _fault(i, info.rank, "write")
                 if writer:
                     keep(tables, k, time.perf_counter() - started)
