@@ -24,7 +24,8 @@ def _lone_rank_verdict(monkeypatch):
     launch's store for every rank; tests/test_preflight_verdict.py runs it on real processes."""
     from bench.distributed import verdict  # lazy: conftest loads before the tests' own imports
 
-    monkeypatch.setattr(verdict, "exchange", lambda message, timeout_s: [(int(os.environ.get("RANK", "0")), message)])
+    monkeypatch.setattr(verdict, "connect", lambda: (None, None))  # no store, no heartbeat
+    monkeypatch.setattr(verdict, "exchange", lambda message, timeout_s, store=None: [(int(os.environ.get("RANK", "0")), message)])
 
 
 def spawn(fn, world: int, *args, timeout_s: float = 120.0) -> dict:

@@ -73,6 +73,12 @@ class Heartbeat:
         self.thread.join(timeout=HEARTBEAT_S + 1)
 
 
+def connect():
+    """(store, Heartbeat) of this rank as it enters preflight under an external launcher."""
+    store = _store(DEFAULT_TIMEOUT_S)[0]
+    return store, Heartbeat(store, int(os.environ["RANK"]))
+
+
 def _silent(store, missing: list[int], seen: dict, since: float, now: float) -> str:
     """'' while every missing rank still beats, else why the wait ends (naming the ranks)."""
     stale, never = [], []
@@ -150,8 +156,7 @@ class Verdict:
 
     def __enter__(self):
         if launcher(os.environ) is not None:  # connect now: the heartbeat covers all of preflight
-            self.store = _store(DEFAULT_TIMEOUT_S)[0]
-            self.beat = Heartbeat(self.store, int(os.environ["RANK"]))
+            self.store, self.beat = connect()
         return self
 
     def __exit__(self, etype, err, tb):
@@ -162,7 +167,7 @@ class Verdict:
                 self.beat.stop()
 
     def _exit(self, etype, err):
-        if self.store is None or (etype is not None and not issubclass(etype, Exception)):
+        if launcher(os.environ) is None or (etype is not None and not issubclass(etype, Exception)):
             return False  # self-launch; or Ctrl-C / exit: not a verdict
         mine = "" if err is None else (" ".join(str(err).split()) if isinstance(err, BenchError) else
                                        f"{type(err).__name__}: {' '.join(str(err).split())}") or type(err).__name__
