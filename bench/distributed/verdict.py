@@ -13,8 +13,8 @@ nothing is exchanged.
 
 A rank that dies before posting its verdict (killed, out of memory, a segfault in preflight) used to
 leave the others in store.wait for the whole timeout and then a raw store error. Every rank now
-connects to the store when it enters preflight and beats (a counter in the store, every HEARTBEAT_S)
-until it has read every verdict; a waiting rank stops, in one line naming the rank (LaunchError,
+connects to the store when it enters preflight and beats (bench.distributed.liveness: a counter in the
+store, every second, on a client of its own) until it has read every verdict; a waiting rank stops, in one line naming the rank (LaunchError,
 exit 1), when a missing rank's counter has not moved for STALE_S seconds of its own clock (no clocks
 are compared across hosts), or when a rank was never seen ARRIVE_S after this one posted its own.
 A store that stops answering (rank 0 hosts it and has gone) is one line too.
@@ -22,16 +22,15 @@ A store that stops answering (rank 0 hosts it and has gone) is one line too.
 
 import datetime
 import os
-import threading
 import time
 
 import torch.distributed as dist
 
+from bench.distributed import liveness
 from bench.distributed.env import adopt_launcher_env, launcher
 from bench.errors import BenchError, LaunchError
 
 DEFAULT_TIMEOUT_S = 300.0  # a refusal before the suite (and its timeout_s) was read: the suite default
-HEARTBEAT_S = 1.0  # how often a rank in preflight says it is alive
 STALE_S = 15.0  # a rank whose heartbeat has not moved this long (waiter's clock) has stopped answering
 ARRIVE_S = 60.0  # a rank never seen this long after the waiter posted its verdict never arrived
 POLL_S = 0.2
@@ -51,32 +50,10 @@ def _prefix() -> str:
     return f"distbench/preflight/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
-class Heartbeat:
-    """This rank's sign of life in the store while it is in preflight: a counter, added to every
-    HEARTBEAT_S by a daemon thread, until stop()."""
-
-    def __init__(self, store, rank: int):
-        self.store, self.key, self._stop = store, f"{_prefix()}/alive/{rank}", threading.Event()
-        store.add(self.key, 1)
-        self.thread = threading.Thread(target=self._beat, daemon=True, name="distbench-preflight-beat")
-        self.thread.start()
-
-    def _beat(self):
-        while not self._stop.wait(HEARTBEAT_S):
-            try:
-                self.store.add(self.key, 1)
-            except Exception:  # noqa: BLE001 - the store has gone: the waiting side says so
-                return
-
-    def stop(self):
-        self._stop.set()
-        self.thread.join(timeout=HEARTBEAT_S + 1)
-
-
 def connect():
     """(store, Heartbeat) of this rank as it enters preflight under an external launcher."""
-    store = _store(DEFAULT_TIMEOUT_S)[0]
-    return store, Heartbeat(store, int(os.environ["RANK"]))
+    store = _store(DEFAULT_TIMEOUT_S)[0]  # rank 0 without torchrun's agent hosts it: made before the beat connects
+    return store, liveness.Heartbeat(f"{_prefix()}/alive/{os.environ['RANK']}")
 
 
 def _silent(store, missing: list[int], seen: dict, since: float, now: float) -> str:
