@@ -115,3 +115,9 @@ def test_the_agent_ends_a_failed_worker_in_one_line(tmp_path, capfd):
     err = capfd.readouterr().err
     assert code == 1
     assert "exited 124" in err and "Traceback" not in err and "ChildFailedError" not in err, err
+
+
+def test_a_tiny_budget_keeps_the_floor_for_fast_ops():
+    """budget_s ~ 0 means 'the floor': gpu-smoke asks 20 samples of a 0.4 ms all_reduce that way."""
+    assert iterations(LoopSpec(iters=20, budget_s=1e-9), 0.0004) == 20
+    assert iterations(LoopSpec(iters=20, budget_s=1e-9), 0.2) == 10  # 2 s reach the floor at most

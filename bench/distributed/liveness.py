@@ -21,6 +21,8 @@ not the fault): those are named apart.
 import datetime
 import os
 from contextlib import contextmanager
+
+import torch.distributed as dist
 import threading
 import time
 
@@ -41,8 +43,6 @@ def store_address() -> str:
 
 def client(timeout_s: float = CLIENT_TIMEOUT_S):
     """A store client of its own to the launch's store (MASTER_ADDR / MASTER_PORT)."""
-    import torch.distributed as dist
-
     return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                          timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
 

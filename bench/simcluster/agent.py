@@ -27,9 +27,9 @@ def failure_lines(node: str, failures: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.elastic.multiprocessing.api import SignalException  # lazy: torch, only where the agent runs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # lazy: torch, as above
+    from torch.distributed.run import parse_args, run  # lazy: torch, as above
 
     for name in QUIET:
         logging.getLogger(name).setLevel(logging.CRITICAL)

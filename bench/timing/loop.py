@@ -32,10 +32,10 @@ Three modes, named in every row (column `mode`; the reduction over ranks is `ran
   bench.timing.stats.RANK_REDUCTIONS).
 Warm-up runs at every size. The iteration count adapts to a per-size time budget, with floors:
 budget / (the slowest rank's warm-up seconds per op), at least `iters` (20) ops, but no more than
-SLOW_FLOOR_X x the budget is spent reaching that floor, and never fewer than MIN_SAMPLES (5) ops: a
+SLOW_FLOOR_X budgets (or SLOW_FLOOR_S, whichever is more) are spent reaching that floor, and never fewer than MIN_SAMPLES (5) ops: a
 2.7 s all_reduce on a slow link gets 5 samples, not 20 (stored: column `iters`). The loop tells the
 case's wall-clock limit what it still needs (bench.timing.deadline): after the warm-up's first op
-(that op's seconds x the ops still to come) and after the count is known.
+when there are more (that op's seconds x the ops still to come) and after the count is known.
 
 Test only: DISTBENCH_TEST_SLOWDOWN=F (F >= 1) makes every timed op really take F times as long (the
 rank keeps its core busy for (F-1) x the op's own time inside the timed region, as a slower
@@ -65,7 +65,8 @@ MODES = ("latency", "throughput", "nccl-tests")
 HOLD_CYCLES = 200_000  # first spin-kernel hold of a CUDA latency sample (~0.1 ms at ~2 GHz); doubled as needed
 MAX_HOLD_CYCLES = 200_000 << 8  # ~26 ms at ~2 GHz: a sample still early then is kept (its dispatch is in it)
 MIN_SAMPLES = 5  # the fewest timed ops of a size, however slow its op (= the default throughput blocks)
-SLOW_FLOOR_X = 10.0  # at most this many budgets are spent reaching the `iters` floor
+SLOW_FLOOR_X = 10.0  # reaching the `iters` floor may take this many budgets ...
+SLOW_FLOOR_S = 2.0  # ... or this many seconds, whichever is more
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,12 +149,13 @@ def _held_sample(op: Callable, timer, hold_cycles: list[int], barrier: Callable,
 
 def iterations(spec: LoopSpec, warm_op_s: float) -> int:
     """Timed ops for a per-size budget, given the slowest rank's warm-up seconds per op: budget /
-    op, raised to the `iters` floor only as far as SLOW_FLOOR_X budgets allow, never under
-    MIN_SAMPLES (nor under `iters` when that is smaller), never over max_iters."""
+    op, raised to the `iters` floor only as far as max(SLOW_FLOOR_X budgets, SLOW_FLOOR_S) allows,
+    never under MIN_SAMPLES (nor under `iters` when that is smaller), never over max_iters."""
     if warm_op_s <= 0:
         return int(max(spec.max_iters, spec.iters))
     want = math.ceil(spec.budget_s / warm_op_s)
-    floor = min(spec.iters, max(MIN_SAMPLES, math.floor(SLOW_FLOOR_X * spec.budget_s / warm_op_s)))
+    cap_s = max(SLOW_FLOOR_X * spec.budget_s, SLOW_FLOOR_S)
+    floor = min(spec.iters, max(MIN_SAMPLES, math.floor(cap_s / warm_op_s)))
     return int(min(max(want, floor), max(spec.max_iters, spec.iters)))
 
 
@@ -170,7 +172,7 @@ def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Call
     for i in range(spec.warmup):
         t0 = time.perf_counter()
         _run(op, async_op=True)
-        if i == 0:  # the first op's seconds tell the case's limit what the rest needs (host clock)
+        if i == 0 and spec.warmup > 1:  # the first op's seconds tell the case's limit what the rest needs
             sync(device)
             deadline.need((time.perf_counter() - t0) * (spec.warmup + MIN_SAMPLES))
     sync(device)
