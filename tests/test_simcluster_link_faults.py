@@ -164,3 +164,27 @@ def test_sighup_at_any_moment_leaves_nothing(tmp_path, when):
     assert _left(_id(err)) == [], err[-2000:]
     time.sleep(0.5)
     assert str(script) not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+
+
+@needs_root
+def test_a_signal_while_a_namespace_is_made_still_tears_it_down(monkeypatch):
+    """Was: SIGHUP landing inside `ip netns add` (the namespace made, the call not yet returned)
+    left the namespace out of the list the teardown deletes: the switch namespace stayed."""
+    from bench.simcluster import net
+
+    real = net._ip
+
+    def interrupted(*args, check=True):
+        r = real(*args, check=check)
+        if args[:3] == ("ip", "netns", "add"):
+            raise KeyboardInterrupt  # the signal's exception, raised as the call returns
+        return r
+
+    monkeypatch.setattr(net, "_ip", interrupted)
+    network = net.Network([10**9, 10**9])
+    with pytest.raises(KeyboardInterrupt):
+        network.build()
+    monkeypatch.setattr(net, "_ip", real)
+    assert network.made == [network.switch]
+    network.teardown()
+    assert net.leftover_namespaces(network.id) == []

@@ -243,8 +243,8 @@ class Network:
         return [self.switch, *(n.netns for n in self.nodes)]
 
     def _netns_add(self, name: str):
+        self.made.append(name)  # before: a signal inside the call would leave it out of the teardown's list
         _ip("ip", "netns", "add", name)
-        self.made.append(name)
         _ip("ip", "-n", name, "link", "set", "lo", "up")
 
     def build(self):

@@ -115,12 +115,12 @@ class SimCluster:
                 + (self.slurm.hosts_lines() if self.slurm else ""))
             self.net.build()
             for g in self.groups:
+                self.made_groups.append(g)  # before: a signal inside create() still removes it (a missing one is fine)
                 try:
                     g.create()
                 except OSError as e:
                     raise BenchError(f"simcluster: cannot make cgroup {g.path} for --cpu-quota-of {g.describe()}: "
                                      f"{e.strerror}") from None
-                self.made_groups.append(g)
             if self.slurm:
                 self.slurm.start(t0, cgroups={g.quota.node: g for g in self.groups if g.quota.rank is None})
             self.up = True
