@@ -276,3 +276,19 @@ def remove_stale(alive, sys_root: str = SYS_CGROUP) -> list[str]:
         if g.remove(wait_s=2.0) is None:
             removed.append(str(d))
     return removed
+
+
+def quota_lines(groups: list, watcher) -> list[str]:
+    """What each quota did (from its cpu.stat), and a warning for one that never reached its
+    process and for the watcher's failures: never silent."""
+    out = []
+    for g in groups:
+        st = g.stat()
+        if g.pids:
+            out.append(f"{g.describe()}: pid {', '.join(map(str, g.pids))} in {g.path.name} after "
+                       f"{g.applied_s:g} s; throttled in {st.get('nr_throttled', '?')} of "
+                       f"{st.get('nr_periods', '?')} periods")
+        else:
+            out.append(f"warning: --cpu-quota-of {g.describe()} was never applied: no process of {g.quota.target} "
+                       f"appeared in node{g.quota.node}'s namespace (or none could join {g.path})")
+    return out + [f"warning: {e}" for e in (watcher.errors if watcher else [])]

@@ -368,19 +368,7 @@ class SimCluster:
                 **({"faults": self.injector.facts()} if self.injector.faults else {})}
 
     def quota_lines(self) -> list[str]:
-        """What each quota did (from its cpu.stat), and a warning for one that never reached its
-        process and for the watcher's failures: never silent."""
-        out = []
-        for g in self.groups:
-            st = g.stat()
-            if g.pids:
-                out.append(f"{g.describe()}: pid {', '.join(map(str, g.pids))} in {g.path.name} after "
-                           f"{g.applied_s:g} s; throttled in {st.get('nr_throttled', '?')} of "
-                           f"{st.get('nr_periods', '?')} periods")
-            else:
-                out.append(f"warning: --cpu-quota-of {g.describe()} was never applied: no process of {g.quota.target} "
-                           f"appeared in node{g.quota.node}'s namespace (or none could join {g.path})")
-        return out + [f"warning: {e}" for e in (self.watcher.errors if self.watcher else [])]
+        return cpu.quota_lines(self.groups, self.watcher)
 
 
 def mark_run(run_dir: str, facts: dict) -> bool:
