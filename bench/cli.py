@@ -12,7 +12,7 @@ import dataclasses
 import sys
 
 import bench.kinds  # noqa: F401  (registers every benchmark kind)
-from bench.collectives.imports import cli as import_cli
+from bench.imports import cli as import_cli
 from bench.jobspec import cli as jobspec_cli
 from bench.overhead import cli as telemetry_cli
 from bench.pipeline import plan_cli

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from bench.collectives.imports import nccl_tests, param
+from bench.imports import nccl_tests, param
 from bench.errors import BenchError
 from bench.results.store import load_run
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.collectives.imports import nccl_tests, param
+from bench.imports import nccl_tests, param
 from bench.errors import BenchError
 from bench.results.store import load_run
 from conftest import ROOT

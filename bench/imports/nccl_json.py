@@ -5,8 +5,8 @@ import json
 import re
 import shlex
 
-from bench.collectives.imports import Parsed, result_row
-from bench.collectives.imports.nccl_names import OPS, TYPES, average_of, collective_of, nccl_version_text
+from bench.imports import Parsed, result_row
+from bench.imports.nccl_names import OPS, TYPES, average_of, collective_of, nccl_version_text
 from bench.errors import BenchError
 
 def _salvage(text: str, path: str) -> tuple[dict, bool]:

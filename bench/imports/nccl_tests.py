@@ -19,7 +19,7 @@ deviation from the expected value, a float) where #wrong is now: it is not a cou
 stays null, `max_error` holds it and the file's note says so. No `# nccl-tests version` line
 before 2.13 either. Logs as people publish them (docs/imports.md lists each variant): launcher
 prefixes, the program echoed after a shell prompt or not at all (then inferred from the table,
-bench.collectives.imports.infer), several runs in one file, columns left blank (rows are mapped
+bench.imports.infer), several runs in one file, columns left blank (rows are mapped
 to header columns by position: nccl-tests right-aligns each value under its label), size-0 rows,
 rccl-tests, and runs that aborted (their failure line is the error).
 
@@ -30,10 +30,10 @@ collective's factor. Stored as mode `nccl-tests` (distbench's own mode of that d
 rank_reduce from -a, so `distbench collectives --mode nccl-tests` rows are the like-for-like peer.
 """
 
-from bench.collectives.imports import Parsed, read_input
-from bench.collectives.imports.nccl_json import parse_json
-from bench.collectives.imports.nccl_names import distbench_name
-from bench.collectives.imports.nccl_text import parse_text, parse_text_runs  # noqa: F401  (the readers' entries)
+from bench.imports import Parsed, read_input
+from bench.imports.nccl_json import parse_json
+from bench.imports.nccl_names import distbench_name
+from bench.imports.nccl_text import parse_text, parse_text_runs  # noqa: F401  (the readers' entries)
 from bench.errors import BenchError
 
 TOOL = "nccl-tests"

@@ -21,7 +21,7 @@ rank_median_min_s / rank_median_max_s.
 
 import re
 
-from bench.collectives.imports import Parsed, read_input, result_row
+from bench.imports import Parsed, read_input, result_row
 from bench.errors import BenchError, unknown
 
 TOOL = "param"

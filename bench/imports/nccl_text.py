@@ -16,8 +16,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.collectives.imports import Parsed, infer, result_row
-from bench.collectives.imports.nccl_names import (OPS, PROGRAMS, TYPES, average_of, collective_of, nccl_version_text,
+from bench.imports import Parsed, infer, result_row
+from bench.imports.nccl_names import (OPS, PROGRAMS, TYPES, average_of, collective_of, nccl_version_text,
                                                   number)
 from bench.errors import BenchError
 
@@ -336,7 +336,7 @@ def _read_rows(r: _Run, path: str, lead, per, stamp, out: Parsed) -> tuple[list[
 
 def _which(r: _Run, table: list[dict], path: str, collective: str | None, out: Parsed) -> str:
     """The program that printed the table: named in the log, else --collective, else the table's
-    facts (bench.collectives.imports.infer), then the file name among what the table allows."""
+    facts (bench.imports.infer), then the file name among what the table allows."""
     if r.program:
         collective_of(r.program)  # a program distbench does not know: one line with the known ones
         return re.sub(r"_perf.*$", "", Path(r.program).name)

@@ -1,7 +1,7 @@
 """Bring your own numbers: other tools' collective results stored as distbench runs of this kind.
 
-`distbench import nccl-tests FILE...` (bench.collectives.imports.nccl_tests) and `distbench import
-param FILE...` (bench.collectives.imports.param) each parse their files into `Parsed` tables and
+`distbench import nccl-tests FILE...` (bench.imports.nccl_tests) and `distbench import
+param FILE...` (bench.imports.param) each parse their files into `Parsed` tables and
 `store()` writes one run directory, results/<suite>/<run_id>/, that compare, report, show and gate
 read like any other run. meta.json's `source` says where the numbers came from (the tool, its
 version, its command line, each file) and what each stored column means for that tool, since the

@@ -1,10 +1,10 @@
 """`distbench import nccl-tests FILE...` and `distbench import param FILE...`: other tools' results
-become one stored run of the collectives kind (bench.collectives.imports)."""
+become one stored run of the collectives kind (bench.imports)."""
 
 import re
 import sys
 
-from bench.collectives.imports import nccl_tests, param, store
+from bench.imports import nccl_tests, param, store
 from bench.errors import BenchError
 
 TOOLS = {nccl_tests.TOOL: nccl_tests, param.TOOL: param}
