@@ -1,5 +1,6 @@
-"""`distbench export`: a stored run in another tool's format (pytest-benchmark saved-run JSON);
-and the checks of a run directory or output file given on any command line."""
+"""`distbench export`: stored runs in another tool's format (pytest-benchmark saved-run JSON,
+OpenMetrics text, a node_exporter textfile: docs/export.md); and the checks of a run directory or
+output file given on any command line."""
 
 import json
 import os
@@ -8,17 +9,21 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.results.export import to_pytest_benchmark
+from bench.results.rundir import _atomic_write
 
 
-FORMATS = ("pytest-benchmark",)
+FORMATS = ("pytest-benchmark", "openmetrics", "textfile")
 
 
 def add_parser(sub):
-    e = sub.add_parser("export", help="export a run in another tool's format")
-    e.add_argument("run", metavar="RUN", help="run directory")
+    e = sub.add_parser("export", help="export runs in another tool's format")
+    e.add_argument("run", metavar="RUN", nargs="+", help="run directory (openmetrics and textfile take several)")
     e.add_argument("--format", default="pytest-benchmark", choices=FORMATS,
-                   help="output format: pytest-benchmark (saved-run JSON)")
-    e.add_argument("-o", "--output", default=None, metavar="FILE", help="file to write (default: stdout)")
+                   help="output format: pytest-benchmark (saved-run JSON), openmetrics (OpenMetrics text, each "
+                   "sample at its run's start), textfile (Prometheus text for node_exporter's textfile collector: "
+                   "needs --output NAME.prom)")
+    e.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="file to write (default: stdout), written to a temp file and renamed")
     e.set_defaults(func=cmd_export)
 
 
@@ -48,10 +53,46 @@ def _output_file(path, what: str):
         raise BenchError(f"{what} '{path}' cannot be written (permission denied)")
 
 
+def _write(path, text: str):
+    try:
+        _atomic_write(Path(path), lambda p: p.write_text(text))
+    except OSError as e:  # the store's WriteError is a BenchError; anything else the system refused
+        raise BenchError(f"--output '{path}' cannot be written ({e.strerror or type(e).__name__})") from None
+
+
+def _prometheus(args, runs: list[Path]) -> int:
+    from bench.results import openmetrics  # lazy: prometheus_client only for the formats that write it
+
+    if args.format == "textfile":
+        if not args.output or not str(args.output).endswith(".prom"):
+            raise BenchError(f"--format textfile writes a file for node_exporter's textfile collector, which reads "
+                             f"only *.prom files: give --output DIR/NAME.prom (got {args.output or 'no --output'})")
+        try:
+            problems = openmetrics.write_textfile(runs, args.output)
+        except OSError as e:
+            raise BenchError(f"--output '{args.output}' cannot be written ({e.strerror or type(e).__name__})") from None
+    else:
+        text, problems = openmetrics.openmetrics_text(runs)
+        if args.output:
+            _write(args.output, text)
+        else:
+            sys.stdout.write(text)
+    for p in problems:
+        print(f"# not exported: {p}", file=sys.stderr)
+    if args.output:
+        print(f"# exported {len(runs)} run(s) to {args.output}", file=sys.stderr)
+    return 0
+
+
 def cmd_export(args) -> int:
     if args.output:
         _output_file(args.output, "--output")
-    doc = to_pytest_benchmark(_dir(args.run, "RUN"))
+    runs = [_dir(r, "RUN") for r in args.run]
+    if args.format != "pytest-benchmark":
+        return _prometheus(args, runs)
+    if len(runs) > 1:
+        raise BenchError(f"--format pytest-benchmark writes one saved run: give one RUN (got {len(runs)})")
+    doc = to_pytest_benchmark(runs[0])
     text = json.dumps(doc, indent=4) + "\n"
     if args.output:
         try:
