@@ -32,6 +32,12 @@ def _latency_on_faked_cuda(info, early_by_rank: dict) -> dict:
         def stop(self) -> float:
             return 1e-3
 
+        def mark(self):  # the blocking-wait probe: the end of its hold
+            pass
+
+        def elapsed(self) -> float:  # the probe's hold: 1 s, far longer than the host's dispatch and wait
+            return 1.0
+
     buf = torch.zeros(4)
 
     def op(async_op):
@@ -61,7 +67,8 @@ def test_a_short_hold_on_one_rank_is_retried_by_every_rank():
     out = spawn(_latency_on_faked_cuda, 2, {0: [True]}, timeout_s=10.0)  # a desynchronised group fails in 10 s, not 120
     assert out[0] == out[1]  # the same collectives in the same order, the same holds and samples
     warm = ["barrier", "op", "agree_max"]  # warm-up, then the agreed iteration count
+    probe = ["barrier", "op", "agree_max"]  # does the op's wait block the host? (agreed: no)
     sample = ["barrier", "op", "agree_max"]  # every try: barrier, the op, the agreed 'any rank early?'
-    assert out[0]["log"] == warm + sample * 4  # 3 samples, the first taken twice
-    assert out[0]["holds"] == [HOLD_CYCLES] + [2 * HOLD_CYCLES] * 3  # doubled on both ranks, kept after
+    assert out[0]["log"] == warm + probe + sample * 4  # 3 samples, the first taken twice
+    assert out[0]["holds"] == [loop.HOLD_PROBE_CYCLES, HOLD_CYCLES] + [2 * HOLD_CYCLES] * 3  # doubled on both ranks, kept after
     assert out[0]["samples"] == 3 and out[0]["ops"] == 3

@@ -139,8 +139,9 @@ def test_cuda_latency_sample_excludes_host_dispatch(monkeypatch):
     from bench.timing import loop
 
     cuda = FakeCuda(n=1).install(monkeypatch)
-    # device times of the events: warm-up start/stop, then two tries of the one timed sample
-    cuda.script[0] = [0.0, 0.010, 1.0, 1.5, 2.0, 2.002]
+    # device times of the events: warm-up start/stop, the blocking-wait probe's hold (2 ms: the
+    # host's dispatch, microseconds, is well inside it), then two tries of the one timed sample
+    cuda.script[0] = [0.0, 0.010, 0.5, 0.502, 1.0, 1.5, 2.0, 2.002]
     cuda.queries = [True, False]  # first try: the hold ran out before the dispatch ended
     dispatched = []
 
@@ -152,9 +153,11 @@ def test_cuda_latency_sample_excludes_host_dispatch(monkeypatch):
     res = measure(op, spec=spec, device=torch.device("cuda", 0), barrier=lambda: None, agree_max=lambda x: x)
     assert res.samples_s == [pytest.approx(0.002)]
     sleeps = [c for f, c in cuda.calls if f == "_sleep"]
-    assert sleeps == [loop.HOLD_CYCLES, 2 * loop.HOLD_CYCLES]
+    assert sleeps == [loop.HOLD_PROBE_CYCLES, loop.HOLD_CYCLES, 2 * loop.HOLD_CYCLES]
+    assert res.hold == "spin" and res.dispatch_in == 0
     names = [f for f, _ in cuda.calls if f in ("_sleep", "Event.record", "Event.query")]
-    assert names[2:] == ["_sleep", "Event.record", "Event.query", "Event.record"] * 2  # hold, start, op, check, stop
+    assert names[2:5] == ["Event.record", "_sleep", "Event.record"]  # the probe: start, hold, end; then the op
+    assert names[5:] == ["_sleep", "Event.record", "Event.query", "Event.record"] * 2  # hold, start, op, check, stop
 
 
 def test_model_rows_state_the_figure():

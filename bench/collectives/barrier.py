@@ -24,6 +24,11 @@ class Barrier(Collective):
             return dist.barrier(group=c.group, async_op=async_op, device_ids=[c.device.index])
         return dist.barrier(group=c.group, async_op=async_op)
 
+    def wait_blocks_host(self, c):
+        """On CUDA, yes: NCCL's barrier is an all-reduce of a tensor it holds, and waiting on it
+        synchronizes that stream (WorkNCCL::synchronizeInternal); gloo's waits are all host-side."""
+        return True if c.device.type == "cuda" else None
+
     def result(self, c, b):
         return None
 

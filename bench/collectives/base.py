@@ -56,6 +56,11 @@ class Collective:
     def call(self, c: Ctx, b: Bufs, async_op: bool = False):
         raise NotImplementedError
 
+    def wait_blocks_host(self, c: Ctx) -> bool | None:
+        """Does waiting on this op's Work block the host until the device is done (so a CUDA
+        latency sample cannot hold its dispatch out)? None: not known, the loop probes it."""
+        return None
+
     def result(self, c: Ctx, b: Bufs) -> torch.Tensor | list | None:
         """What to check on this rank: a tensor, or a list of tensors in order (a list output is
         not joined: the check walks its pieces), or None where the rank has no output."""

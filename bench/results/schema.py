@@ -45,6 +45,8 @@ COLLECTIVE = {
     "iters": "int64",
     "samples": "int64",
     "warmup_op_s": "float64",
+    "latency_hold": "string",  # CUDA latency mode: 'spin' (each sample held behind a spin kernel, its dispatch outside) or 'none' (the op's wait blocks the host: dispatch inside); "" elsewhere
+    "samples_with_dispatch": "int64",  # CUDA latency mode: samples whose host dispatch is inside them (every one when latency_hold is 'none'; those kept at the capped hold otherwise)
     "time_median_s": "float64",  # median over iterations of the iteration's time reduced over ranks (rank_reduce)
     "time_p5_s": "float64",  # 5th percentile (numpy linear), same samples
     "time_p25_s": "float64",  # 25th percentile

@@ -8,7 +8,17 @@ Three modes, named in every row (column `mode`; the reduction over ranks is `ran
   it, so the host's dispatch time is not in the sample. A sample whose hold ran out before the
   dispatch had finished (the start event had already fired) on any rank is taken again, barrier
   included, by every rank with twice the hold: the ranks agree on it (agree_max), so they issue
-  the same collectives in the same order and hold for the same number of cycles.
+  the same collectives in the same order and hold for the same number of cycles. The hold comes
+  back down too: after BACKOFF_AFTER samples in a row that needed no retry it is halved (never
+  under HOLD_CYCLES), and the wait doubles when a halved hold proves too short. A sample still
+  early at MAX_HOLD_CYCLES is kept and counted (column `samples_with_dispatch`).
+  An op whose wait blocks the host until the stream is done (NCCL's barrier: WorkNCCL's
+  synchronize waits for the stream that holds the barrier tensor; any op of gloo on CUDA tensors)
+  can never be held: its start event has always fired when the wait returns. Such an op is
+  declared by its unit (measure's blocks_host) or found by one probe after the warm-up (the stream
+  held HOLD_PROBE_CYCLES, the op dispatched and waited for: did the host wait for the hold?), and
+  is timed without the hold, start event, dispatch, wait, end event: every sample then contains
+  its dispatch (column `latency_hold` = 'none', `samples_with_dispatch` = every sample).
   Start skew inside a CUDA latency sample (the spread over ranks of the moments their start
   events fire) = the spread of the ranks' exits from the barrier + the spread of their kernel
   launch latencies + hold_cycles x the spread of 1/SM clock. The hold shifts every rank's start by
@@ -31,9 +41,13 @@ Three modes, named in every row (column `mode`; the reduction over ranks is `ran
   such measurement; reported averaged over ranks by default, as nccl-tests' `-a 1` (see
   bench.timing.stats.RANK_REDUCTIONS).
 Warm-up runs at every size. The iteration count adapts to a per-size time budget, with floors:
-budget / (the slowest rank's warm-up seconds per op), at least `iters` (20) ops, but no more than
+budget / (the slowest rank's seconds per sample), at least `iters` (20) ops, but no more than
 SLOW_FLOOR_X budgets (or SLOW_FLOOR_S, whichever is more) are spent reaching that floor, and never fewer than MIN_SAMPLES (5) ops: a
-2.7 s all_reduce on a slow link gets 5 samples, not 20 (stored: column `iters`). The loop tells the
+2.7 s all_reduce on a slow link gets 5 samples, not 20 (stored: column `iters`). Seconds per sample
+are first the warm-up's seconds per op; in latency mode, where a sample costs more than its op (the
+barrier, on CUDA the hold and the agreement), the count is sized again from what SIZE_SAMPLES
+samples cost in full (after the first, which settles the hold), agreed over ranks, so a case keeps
+within about its budget. The loop tells the
 case's wall-clock limit what it still needs (bench.timing.deadline): after the warm-up's first op
 when there are more (that op's seconds x the ops still to come) and after the count is known.
 
@@ -64,6 +78,10 @@ from bench.units import parse_size
 MODES = ("latency", "throughput", "nccl-tests")
 HOLD_CYCLES = 200_000  # first spin-kernel hold of a CUDA latency sample (~0.1 ms at ~2 GHz); doubled as needed
 MAX_HOLD_CYCLES = 200_000 << 8  # ~26 ms at ~2 GHz: a sample still early then is kept (its dispatch is in it)
+HOLD_PROBE_CYCLES = 4_000_000  # the probe's hold (~2 ms at ~2 GHz), far above any op's dispatch
+BLOCKED_SHARE = 0.5  # the host waited at least this share of the probe's hold: the op's wait blocks the host
+BACKOFF_AFTER = 8  # samples in a row without a retry before the hold is halved (doubled after a failed halving)
+SIZE_SAMPLES = 3  # latency mode: samples whose full cost sizes the count again
 MIN_SAMPLES = 5  # the fewest timed ops of a size, however slow its op (= the default throughput blocks)
 SLOW_FLOOR_X = 10.0  # reaching the `iters` floor may take this many budgets ...
 SLOW_FLOOR_S = 2.0  # ... or this many seconds, whichever is more
@@ -85,6 +103,8 @@ class LoopResult:
     samples_s: list[float]  # this rank's samples: per op (latency) or per block / ops (throughput)
     warmup_s: float  # mean seconds per warm-up op on this rank
     ops: int  # timed ops
+    hold: str = ""  # CUDA latency: 'spin' (samples held behind a spin kernel) or 'none' (the op's wait blocks the host)
+    dispatch_in: int = 0  # CUDA latency: samples whose host dispatch is inside them (no hold, or the hold at its cap)
 
 
 def slowdown_for(case: str = "", size_bytes: int = 0, text: str | None = None) -> float:
@@ -124,27 +144,94 @@ def _run(op: Callable, async_op: bool):
         work.wait()
 
 
-def _held_sample(op: Callable, timer, hold_cycles: list[int], barrier: Callable,
-                 agree_max: Callable[[float], float]) -> float:
+class _Hold:
+    """The spin kernel's cycles for the samples of one case, equal on every rank: they change only
+    on agreed facts (any rank early), so every rank grows and shrinks it alike."""
+
+    def __init__(self):
+        self.cycles = HOLD_CYCLES
+        self.calm = 0  # samples in a row that needed no retry
+        self.patience = BACKOFF_AFTER
+        self.halved = False  # the last change was a halving
+        self.capped = 0  # samples kept early at MAX_HOLD_CYCLES
+
+    def early(self) -> bool:
+        """Too short: double it (True), or False at the cap."""
+        if self.cycles >= MAX_HOLD_CYCLES:
+            self.capped += 1
+            return False
+        if self.halved:  # the halving was too much: wait twice as long before the next one
+            self.patience *= 2
+        self.cycles, self.calm, self.halved = min(2 * self.cycles, MAX_HOLD_CYCLES), 0, False
+        return True
+
+    def enough(self):
+        self.calm += 1
+        if self.calm >= self.patience and self.cycles > HOLD_CYCLES:
+            self.cycles, self.calm, self.halved = max(self.cycles // 2, HOLD_CYCLES), 0, True
+
+
+def _held_sample(op: Callable, timer, hold: _Hold, barrier: Callable, agree_max: Callable[[float], float]) -> float:
     """CUDA latency sample without the host's dispatch: barrier, hold the stream with a spin
     kernel, record the start event behind it, dispatch the op. If the start event has already
     fired on ANY rank when its dispatch returned, that rank's hold was too short: every rank
     doubles the hold and takes the sample again, barrier included. The decision is agreed
     (agree_max of the early flags), so every rank issues the same collectives in the same order
     and keeps the same hold; a rank deciding alone would issue one op more than the others (a
-    hang on NCCL, or the retry matched against the next sample's barrier). hold_cycles: [cycles],
-    shared by the samples of one case, equal on every rank."""
+    hang on NCCL, or the retry matched against the next sample's barrier)."""
     while True:
         barrier()
-        torch.cuda._sleep(hold_cycles[0])
+        torch.cuda._sleep(hold.cycles)
         timer.start()
         _run(op, async_op=True)
         early = timer.started()
         t = timer.stop()
-        any_early = agree_max(1.0 if early else 0.0) > 0.0  # outside the timed span: stop() has synchronised
-        if not any_early or hold_cycles[0] >= MAX_HOLD_CYCLES:
+        if agree_max(1.0 if early else 0.0) <= 0.0:  # outside the timed span: stop() has synchronised
+            hold.enough()
             return t
-        hold_cycles[0] *= 2
+        if not hold.early():
+            return t  # kept at the cap: counted in dispatch_in
+
+
+def _plain_sample(op: Callable, timer, barrier: Callable) -> float:
+    """A sample with its dispatch inside (an op whose wait blocks the host cannot be held)."""
+    barrier()
+    timer.start()
+    _run(op, async_op=True)
+    return timer.stop()
+
+
+def _wait_blocks_host(op: Callable, timer, barrier: Callable, agree_max: Callable[[float], float],
+                      device: torch.device) -> bool:
+    """One probe, every rank: hold the stream HOLD_PROBE_CYCLES between the timer's two events,
+    dispatch the op and wait for it. An op whose wait returns at once (NCCL's collectives: the
+    current stream waits, not the host) leaves the host well inside the hold; one whose wait blocks
+    the host returns after it. Agreed: one rank's blocking wait makes every rank's samples plain."""
+    barrier()
+    timer.start()
+    torch.cuda._sleep(HOLD_PROBE_CYCLES)
+    timer.mark()
+    t0 = time.perf_counter()
+    _run(op, async_op=True)
+    host_s = time.perf_counter() - t0
+    hold_s = timer.elapsed()
+    sync(device)
+    return agree_max(1.0 if host_s >= BLOCKED_SHARE * hold_s else 0.0) > 0.0
+
+
+def _sized_samples(take: Callable[[], float], n: int, spec: LoopSpec, agree_max: Callable[[float], float]) -> list[float]:
+    """n samples from take(), or fewer: after the first (it settles a hold), SIZE_SAMPLES samples
+    are timed in full and the count is sized again from their cost (agreed: the slowest rank's),
+    never above n. Every rank takes the same number."""
+    samples = [take()]
+    if n <= 1 + SIZE_SAMPLES:
+        return samples + [take() for _ in range(n - 1)]
+    t0 = time.perf_counter()
+    samples += [take() for _ in range(SIZE_SAMPLES)]
+    per_sample = agree_max((time.perf_counter() - t0) / SIZE_SAMPLES)
+    n = max(len(samples), min(n, iterations(spec, per_sample)))
+    deadline.need(per_sample * (n - len(samples)))
+    return samples + [take() for _ in range(n - len(samples))]
 
 
 def iterations(spec: LoopSpec, warm_op_s: float) -> int:
@@ -160,11 +247,14 @@ def iterations(spec: LoopSpec, warm_op_s: float) -> int:
 
 
 def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Callable,
-            agree_max: Callable[[float], float], case: str = "", size_bytes: int = 0) -> LoopResult:
+            agree_max: Callable[[float], float], case: str = "", size_bytes: int = 0,
+            blocks_host: bool | None = None) -> LoopResult:
     """op(async_op) runs one collective and returns a Work or None.
 
     barrier() synchronises ranks; agree_max(x) returns the max of x over ranks (so every rank
     picks the same iteration count: ranks issuing different numbers of ops would hang).
+    blocks_host: the unit says whether the op's wait blocks the host (CUDA latency mode); None:
+    probe it.
     """
     timer = make_timer(device)
     barrier()
@@ -181,18 +271,29 @@ def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Call
     deadline.need(warm * (n + 1))
     samples: list[float] = []
     slow = slowdown_for(case, size_bytes)  # test only (module docstring); case, size_bytes: which case this is
+    hold, dispatch_in = "", 0
     if spec.mode == "latency" and device.type == "cuda":
-        hold_cycles = [HOLD_CYCLES]
-        for _ in range(n):
-            samples.append(_held_sample(op, timer, hold_cycles, barrier, agree_max))
+        if blocks_host is None:
+            blocks_host = _wait_blocks_host(op, timer, barrier, agree_max, device)
+        if blocks_host:
+            samples = _sized_samples(lambda: _plain_sample(op, timer, barrier), n, spec, agree_max)
+            hold, dispatch_in = "none", len(samples)
+        else:
+            held = _Hold()
+            samples = _sized_samples(lambda: _held_sample(op, timer, held, barrier, agree_max), n, spec, agree_max)
+            hold, dispatch_in = "spin", held.capped
+        n = len(samples)
     elif spec.mode == "latency":
-        for _ in range(n):
+        def host_sample() -> float:
             barrier()
             t0 = time.perf_counter()
             timer.start()
             _run(op, async_op=True)
             _stretch(t0, slow)
-            samples.append(timer.stop())
+            return timer.stop()
+
+        samples = _sized_samples(host_sample, n, spec, agree_max)
+        n = len(samples)
     elif spec.mode == "nccl-tests":
         per_block = max(1, math.ceil(n / spec.blocks))
         n = per_block * spec.blocks
@@ -223,4 +324,4 @@ def measure(op: Callable, *, spec: LoopSpec, device: torch.device, barrier: Call
             samples.append(timer.stop() / per_block)
     else:
         raise ValueError(f"unknown timing mode {spec.mode!r}")
-    return LoopResult(samples_s=samples, warmup_s=warm, ops=n)
+    return LoopResult(samples_s=samples, warmup_s=warm, ops=n, hold=hold, dispatch_in=dispatch_in)

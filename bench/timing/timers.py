@@ -28,10 +28,18 @@ class CudaTimer:
         """Has the start event been reached on the device already?"""
         return self._a.query()
 
-    def stop(self) -> float:
+    def mark(self):
+        """Record the end event without waiting for it (elapsed() waits)."""
         self._b.record()
+
+    def elapsed(self) -> float:
+        """Seconds from the start event to the end event, once the end event has fired."""
         self._b.synchronize()
         return self._a.elapsed_time(self._b) * 1e-3  # ms -> s
+
+    def stop(self) -> float:
+        self.mark()
+        return self.elapsed()
 
 
 def make_timer(device: torch.device):
