@@ -347,6 +347,21 @@ def destroy_groups_since(before) -> int:
     return len(mine)
 
 
+def end_case_groups(before, failing: bool = False) -> int:
+    """A case's end, passed or failed: gc first (a trainer's modules, stages and schedule hold its
+    groups), then destroy_groups_since(before). On a failing case a teardown error is said on
+    stderr, not raised: the case's own error is the one to report."""
+    gc.collect()
+    try:
+        return destroy_groups_since(before)
+    except Exception as e:  # noqa: BLE001 - a failing case's own error goes on
+        if not failing:
+            raise
+        print(f"distbench: process groups of the failed case not all destroyed: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
+        return 0
+
+
 def _forget_meshes():
     """Clear DTensor's sharding-propagation caches. They keep each op's output spec keyed by its
     inputs' DeviceMesh, which compares equal by ranks, layout and dimension names, not by process

@@ -8,7 +8,6 @@ kept. Rank 0 turns them into the per-rank breakdown (bench.training.breakdown), 
 bubble next to the textbook forms and the calibrated replay (bench.training.replay).
 """
 
-import gc
 import time
 
 import numpy as np
@@ -20,7 +19,7 @@ from bench.training.breakdown import breakdown
 from bench.training.replay import balanced, exact_durations, replay
 from bench.training.schedules import get as get_schedule
 from bench.training.theory import gpipe_bubble, megatron_bubble
-from bench.training.base import (COMPUTE_KINDS, TOLERANCE, Ctx, destroy_groups_since, kind_totals, live_groups,
+from bench.training.base import (COMPUTE_KINDS, TOLERANCE, Ctx, end_case_groups, kind_totals, live_groups,
                                    peak_bytes, read_peak, reference_check, release_cached, reset_peak)
 from bench.timing.profile import profile_steps, relative, trace_file
 from bench.timing.stats import summarize
@@ -125,29 +124,32 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
               checkpoint=case.checkpoint, balance=case.balance, bucket_cap_mb=case.bucket_cap_mb or 25.0,
               dims=case.dims if case.composed else None)
     groups = live_groups()  # the case's own groups (a composed layout's DeviceMesh) are destroyed at its end
-    trainer = REGISTRY.get(case.strategy).setup(ctx)
-    chk = _check(trainer, info.rank) if cfg.check else None
-    for _ in range(cfg.warmup):
-        trainer.step()
-    trainer.sync()  # every device it drives (layer, dp: several)
-    comm.barrier()
-    devices = trainer.device_list()
-    release_cached(devices)  # what the check left in the caching allocator is not the steps' memory
-    host_reset = all([reset_peak(d) for d in devices])
-    recs = _timed_steps(trainer, comm, cfg.steps)
-    mem = max((read_peak(d, host_reset) for d in devices), key=peak_bytes)  # max over the devices it drives
-    solo = _solo_s(trainer, cfg.steps)
-    loss = trainer.loss()
-    trace = _profile(trainer, comm, case, run_dir) if getattr(cfg, "profile", 0) and run_dir is not None else None
-    mine = {"recs": recs, "mem": mem, "solo_s": solo, "role": trainer.role, "degraded": trainer.degraded,
-            "devices": trainer.devices, "comm_in_compute": trainer.comm_in_compute,
-            "order": trainer.pipeline_order() if _pipelined(case) and info.rank == 0 else None,
-            "params": param_count(build_model(spec, cfg.seed)) if info.rank == 0 else 0}
-    trainer.sync()
-    facts = comm.gather_object(mine)  # on the default group: every rank is done with the case's groups
-    del trainer
-    gc.collect()  # the trainer's modules, stages and schedule hold the groups
-    destroy_groups_since(groups)
+    trainer, done = None, False
+    try:  # a case that raises destroys its groups too: the next case in this process must not inherit them
+        trainer = REGISTRY.get(case.strategy).setup(ctx)
+        chk = _check(trainer, info.rank) if cfg.check else None
+        for _ in range(cfg.warmup):
+            trainer.step()
+        trainer.sync()  # every device it drives (layer, dp: several)
+        comm.barrier()
+        devices = trainer.device_list()
+        release_cached(devices)  # what the check left in the caching allocator is not the steps' memory
+        host_reset = all([reset_peak(d) for d in devices])
+        recs = _timed_steps(trainer, comm, cfg.steps)
+        mem = max((read_peak(d, host_reset) for d in devices), key=peak_bytes)  # max over the devices it drives
+        solo = _solo_s(trainer, cfg.steps)
+        loss = trainer.loss()
+        trace = _profile(trainer, comm, case, run_dir) if getattr(cfg, "profile", 0) and run_dir is not None else None
+        mine = {"recs": recs, "mem": mem, "solo_s": solo, "role": trainer.role, "degraded": trainer.degraded,
+                "devices": trainer.devices, "comm_in_compute": trainer.comm_in_compute,
+                "order": trainer.pipeline_order() if _pipelined(case) and info.rank == 0 else None,
+                "params": param_count(build_model(spec, cfg.seed)) if info.rank == 0 else 0}
+        trainer.sync()
+        facts = comm.gather_object(mine)  # on the default group: every rank is done with the case's groups
+        done = True
+    finally:
+        trainer = None  # the trainer's modules, stages and schedule hold the groups
+        end_case_groups(groups, failing=not done)
     return {"facts": facts, "check": chk, "loss": loss, "trace": trace}
 
 
