@@ -19,6 +19,7 @@ from bench.training.breakdown import breakdown
 from bench.training.replay import balanced, exact_durations, replay
 from bench.training.schedules import get as get_schedule
 from bench.training.theory import gpipe_bubble, megatron_bubble
+from bench.training.throttle import timed_throttle, timed_windows
 from bench.training.base import (COMPUTE_KINDS, TOLERANCE, Ctx, end_case_groups, kind_totals, live_groups,
                                    peak_bytes, read_peak, reference_check, release_cached, reset_peak)
 from bench.timing.profile import profile_steps, relative, trace_file
@@ -40,11 +41,12 @@ def _timed_steps(trainer, comm: Comm, steps: int) -> list[dict]:
         trainer.sync()
         trainer.clock.reset()
         comm.barrier()
-        t0 = time.perf_counter()
+        w0, t0 = time.time(), time.perf_counter()  # wall: the telemetry sampler's clock (bench.training.throttle)
         trainer.step()
         trainer.sync()  # every device this process drives (dp, layer: several)
-        t1 = time.perf_counter()
-        recs.append({"span": (t0, t1), "spans": list(trainer.clock.resolve()), "waits": list(trainer.clock.waits)})
+        t1, w1 = time.perf_counter(), time.time()
+        recs.append({"span": (t0, t1), "wall": (w0, w1), "spans": list(trainer.clock.resolve()),
+                     "waits": list(trainer.clock.waits)})
     return recs
 
 
@@ -434,4 +436,5 @@ def measure(case: CaseSpec, launch) -> dict:
         return {}
     tables = build_tables(case, res, launch.base_row(), launch.hosts, launch.nodes)
     tables["results"][0].update(tc.summary)
+    tables["results"][0].update(timed_throttle(tc.rows, timed_windows(res["facts"], launch.node_ranks)))  # timed steps only
     return tables
