@@ -128,8 +128,8 @@ def test_count_and_sum_are_the_samples_and_mean_times_samples(runs, capsys):
         assert one(t, "_count", **key).value == 4
         assert one(t, "_sum", **key).value == float(r.time_mean_s) * 4
         assert [(s.labels["quantile"], s.value) for s in t.samples if s.labels.get("case_id") == r.case_id
-                and "quantile" in s.labels] == [("0", float(r.time_min_s)), ("0.5", float(r.time_median_s)),
-                                                ("1", float(r.time_max_s))]
+                and "quantile" in s.labels] == [("0.0", float(r.time_min_s)), ("0.5", float(r.time_median_s)),
+                                                ("1.0", float(r.time_max_s))]
 
 
 def test_an_allreduce_run_labels_its_algorithm_at_each_world(runs, capsys):

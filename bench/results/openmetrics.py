@@ -1,19 +1,20 @@
-"""Stored runs as Prometheus metrics (docs/export.md): OpenMetrics text, the format Prometheus
-scrapes and backfills (`promtool tsdb create-blocks-from openmetrics`), each sample stamped with
-its run's start; and the text format 0.0.4 file that node_exporter's textfile collector reads
-(no timestamps: the collector refuses a file that has them, collector/textfile.go).
+"""Stored runs as Prometheus metrics (docs/export.md): OpenMetrics 1.0 text (the specification:
+specification/OpenMetrics.md of prometheus/OpenMetrics), the format Prometheus scrapes and
+backfills (`promtool tsdb create-blocks-from openmetrics`), each sample stamped with its run's
+start; and the text format 0.0.4 file that node_exporter's textfile collector reads (no
+timestamps: the collector refuses a file that has them, collector/textfile.go of
+prometheus/node_exporter).
 
 The exposition is prometheus_client's own (its metric families, `generate_latest` of
 prometheus_client.openmetrics.exposition and of prometheus_client.exposition, and
 `write_to_textfile`, which writes a temp file and renames it). The families are driven by the
 columns a run has, never by its kind's name: a results row with the `time_*` statistics is a timed
-operation, one with `step_*` a training step, and so on (SERIES below); the labels that name a
+operation, one with `step_*` a training step, and so on (SUMMARIES, GAUGES below); the labels that name a
 case are its kind's reading facts (`Reading.key_columns`, `group`, `settings`: bench.kind).
 Values are the stored numbers as they are, in base units (seconds, bytes, bytes per second,
 ratios); GB/s columns are multiplied by 1e9 (nccl-tests' GB is 1e9 bytes).
 """
 
-import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,9 +31,10 @@ from bench.results.store import Run, load_run
 
 P = "distbench_"
 # Summary quantiles from the stored statistics columns (bench.timing.stats.summarize: numpy's linear
-# percentiles over the samples): quantile -> the column's statistic (<prefix><stat>_s).
-QUANTILES = (("0", "min"), ("0.05", "p5"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"),
-             ("0.95", "p95"), ("1", "max"))
+# percentiles over the samples): quantile label -> the column's statistic (<prefix><stat>_s). The labels
+# are OpenMetrics' canonical numbers (specification/OpenMetrics.md, "Considerations: Canonical Numbers").
+QUANTILES = (("0.0", "min"), ("0.05", "p5"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"),
+             ("0.95", "p95"), ("1.0", "max"))
 # Generic results columns that say what a row is, labelled wherever a run has them, beside its kind's keys.
 DESCRIBE = ("collective", "algorithm", "backend", "layout", "memory_kind")
 SUSPECTS = "doctor_suspects"  # the table of ranked suspects (a kind that judges lists it in Kind.tables)
