@@ -7,7 +7,7 @@ recorded); the tensors stay on the CPU and the blocks are told their device is c
 import pytest
 import torch
 
-from bench.workloads import build_model, get_spec, models
+from bench.workloads import build_model, get_spec, models, spin
 from conftest import FakeCuda
 
 CAL = 100_000_000  # cycles the calibration times (models.SPIN_CALIBRATION_CYCLES)
@@ -18,7 +18,8 @@ def on_fake_cuda(monkeypatch):
     cuda = FakeCuda(n=1).install(monkeypatch)
     # raising=False: before the fix the module had neither (the test then fails on the host sleep)
     monkeypatch.setattr(models, "_device_of", lambda t: torch.device("cuda", 0), raising=False)
-    monkeypatch.setattr(models, "_SPIN_CYCLES_PER_S", {}, raising=False)  # no calibration from another test
+    monkeypatch.setattr(spin, "_CAL", {})  # no calibration from another test
+    monkeypatch.setattr(spin, "sm_clock_mhz", lambda index: None)  # no NVML
 
     def host_sleep(s):
         raise AssertionError(f"host sleep of {s} s on the CUDA path")
@@ -39,30 +40,30 @@ def test_cuda_actions_spin_the_calibrated_cycles_and_never_sleep_on_the_host(on_
 
     cuda = on_fake_cuda
     cal = CAL
-    cuda.script[0] += [1.0, 1.0 + cal / 2e9]  # the two calibration events: cal cycles take cal / 2e9 s
+    cuda.script[0] += [1.0, 1.0 + cal / 2e9] * 2  # two calibration measurements that agree: cal cycles take cal / 2e9 s
     spec = get_spec("timed-slow")
     model = build_model(spec, 0)[2:4]
     x = torch.randn(4, spec.width, requires_grad=True)
     out = model(x)
-    assert spins(cuda) == [cal // 10, cal, 80_000_000, 40_000_000]
-    assert [n for n, _ in cuda.calls if n in ("Event.record", "synchronize")] == ["Event.record", "Event.record"]
+    assert spins(cuda) == [cal // 10, cal, cal, 80_000_000, 40_000_000]
+    assert [n for n, _ in cuda.calls if n in ("Event.record", "synchronize")] == ["Event.record"] * 4
     cuda.calls.clear()
     _, groups = stage_backward_input([out], [torch.ones_like(out)], [x], model.parameters())
     assert sorted(spins(cuda)) == [40_000_000, 80_000_000]  # I of both blocks; calibrated once only
     cuda.calls.clear()
     stage_backward_weight(model.parameters(), groups)
     assert sorted(spins(cuda)) == [40_000_000, 80_000_000]  # W of both blocks
-    assert models._SPIN_CYCLES_PER_S == {0: pytest.approx(2e9)} and models.SPIN_CALIBRATION_CYCLES == CAL
+    assert spin._CAL[0].cycles_per_s == pytest.approx(2e9) and spin.SPIN_CALIBRATION_CYCLES == CAL
 
 
 def test_calibration_is_per_device_and_once(on_fake_cuda):
     cuda = on_fake_cuda
     cal = CAL
-    cuda.script[0] += [0.0, cal / 1e9]  # 1 GHz
-    assert models.spin_cycles_per_s(0) == pytest.approx(1e9)
-    assert models.spin_cycles_per_s(0) == pytest.approx(1e9)  # cached: no events left to record
+    cuda.script[0] += [0.0, cal / 1e9] * 2  # 1 GHz, twice
+    assert spin.cycles_per_s(0) == pytest.approx(1e9)
+    assert spin.cycles_per_s(0) == pytest.approx(1e9)  # cached: no events left to record
     models.occupy(0.02, torch.zeros(1))
-    assert spins(cuda) == [cal // 10, cal, 20_000_000]
+    assert spins(cuda) == [cal // 10, cal, cal, 20_000_000]
 
 
 def test_cpu_actions_still_sleep_on_the_host(monkeypatch):

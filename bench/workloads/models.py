@@ -7,7 +7,7 @@ MLP pieces are its blocks; GPT pieces are [Embed, Block x n_layer, Head]. The ti
 weight-gradient backward take known times, so every schedule's bubble is known exactly from its
 action order (bench.training.replay.exact_durations). On CPU an action sleeps on the host
 (sleeping ranks do not compete for cores); on CUDA it occupies the device (`occupy`: a spin
-kernel of the cycles that many seconds take, calibrated once per device), so the CUDA-event
+kernel of the cycles that many seconds take, bench.workloads.spin), so the CUDA-event
 spans and waits measure the known times too. A pipeline stage is a
 contiguous slice; `balance` counts blocks ("layers"), the GPT embedding rides with the first
 stage and the head with the last. Attention uses separate q/k/v Linears so Megatron-style
@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bench.workloads import spin
+
 # the presets and the stage arithmetic live in specs.py (no torch); importers of models find them here too
 from bench.workloads.specs import PRESETS, ModelSpec, even_balance, get_spec, split_pieces  # noqa: F401
 
@@ -32,27 +34,10 @@ class MLPBlock(nn.Sequential):
         super().__init__(nn.Linear(width, width), nn.GELU())
 
 
-# The timed workload on CUDA: torch.cuda._sleep(cycles) is a kernel that spins `cycles` GPU clock
-# ticks. Cycles per second are measured once per device, at its first timed action (in the first
-# case's check or warm-up step): a short warm-up spin (the first launch loads the kernel), then
-# SPIN_CALIBRATION_CYCLES between two CUDA events (about 50 ms at 2 GHz). A host sleep on CUDA would
+# The timed workload on CUDA spins (bench.workloads.spin: calibrated per device, re-checked per
+# case, each spin bracketed by events while a case's ledger is open). A host sleep on CUDA would
 # leave the device idle: the CUDA-event span of a forward would start when its receive lands and
 # end when the host wakes, and the measured bubble would mean nothing.
-SPIN_CALIBRATION_CYCLES = 100_000_000
-_SPIN_CYCLES_PER_S: dict[int, float] = {}  # device index -> spin-kernel cycles per second
-
-
-def spin_cycles_per_s(index: int) -> float:
-    """Cycles per second of torch.cuda._sleep on cuda:index (the current device), measured once."""
-    if index not in _SPIN_CYCLES_PER_S:
-        torch.cuda._sleep(SPIN_CALIBRATION_CYCLES // 10)  # warm-up: the first launch pays the kernel load
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
-        end.record()
-        end.synchronize()
-        _SPIN_CYCLES_PER_S[index] = SPIN_CALIBRATION_CYCLES / (start.elapsed_time(end) / 1e3)  # elapsed: ms
-    return _SPIN_CYCLES_PER_S[index]
 
 
 def _device_of(t: torch.Tensor) -> torch.device:
@@ -69,10 +54,10 @@ def occupy(seconds: float, t: torch.Tensor):
     current = torch.cuda.current_device()
     index = dev.index if dev.index is not None else current
     if index == current:  # a pipeline rank's one device
-        torch.cuda._sleep(int(round(seconds * spin_cycles_per_s(index))))
+        spin.spin(seconds, index)
         return
     with torch.cuda.device(index):  # a rank driving several devices (layer): the stream of t's
-        torch.cuda._sleep(int(round(seconds * spin_cycles_per_s(index))))
+        spin.spin(seconds, index)
 
 
 class _SleepInput(torch.autograd.Function):
