@@ -53,9 +53,13 @@ STRATEGY = {
     "exposed_comm_est_s": "float64",  # compute_s - solo_compute_s where comm_in_compute
     "memory_kind": "string",  # cuda | host
     "peak_memory_bytes": "int64",  # max over devices: CUDA peak reserved, or host peak RSS
+    "peak_memory_rank": "int64",  # the rank peak_memory_bytes came from (the lowest on a tie); each peak its own rank
     "peak_allocated_bytes": "Int64",  # CUDA: max over ranks of allocated_bytes.all.peak in the measured steps; host: null
+    "peak_allocated_rank": "Int64",  # the rank peak_allocated_bytes came from; host: null
     "peak_reserved_bytes": "Int64",  # CUDA: max over ranks of reserved_bytes.all.peak in the measured steps; host: null
-    "host_peak_rss_bytes": "int64",
+    "peak_reserved_rank": "Int64",  # the rank peak_reserved_bytes came from (may differ from peak_allocated_rank); host: null
+    "host_peak_rss_bytes": "int64",  # max over ranks of the host peak RSS
+    "host_peak_rss_rank": "int64",  # the rank host_peak_rss_bytes came from
     "loss": "float64",
     "tolerance": "string",
     "max_abs_diff": "float64",  # vs the single-process reference, loss and gradients

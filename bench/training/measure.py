@@ -16,6 +16,7 @@ from bench.distributed.comm import Comm
 from bench.results.rundir import RunDir
 from bench.training import REGISTRY
 from bench.training.breakdown import breakdown
+from bench.training.peaks import peak_columns
 from bench.training.replay import balanced, exact_durations, replay
 from bench.training.schedules import get as get_schedule
 from bench.training.theory import gpipe_bubble, megatron_bubble
@@ -300,9 +301,7 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
            # ddp/fsdp: forward+backward spans minus the same compute alone (no comm) = exposed comm
            "exposed_comm_est_s": max(0.0, mean("compute_s") - mean("solo_compute_s"))
            if facts[0]["comm_in_compute"] and np.isfinite(mean("solo_compute_s")) else float("nan"),
-           "memory_kind": ranks[0]["memory_kind"], "peak_memory_bytes": max(x["peak_bytes"] for x in ranks),
-           **{n: _max_known(x[n] for x in ranks) for n in ("peak_allocated_bytes", "peak_reserved_bytes")},
-           "host_peak_rss_bytes": max(x["host_peak_rss_bytes"] for x in ranks),
+           "memory_kind": ranks[0]["memory_kind"], **peak_columns(ranks),
            "loss": res["loss"], "tolerance": TOLERANCE, "profile_trace": res.get("trace")}
     est = row["exposed_comm_est_s"] if np.isfinite(row["exposed_comm_est_s"]) else 0.0
     row["comm_share"] = (row["exposed_comm_s"] + est) / st.median_s if st.median_s > 0 else float("nan")
@@ -314,12 +313,6 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
     k_med = int(np.argsort(walls)[len(walls) // 2])
     spans = [] if nodes > 1 else step_spans(key, facts, k_med, per_step[k_med])
     return {"results": [row], "strategy_ranks": ranks, "strategy_steps": steps_rows, "strategy_spans": spans}
-
-
-def _max_known(values):
-    """The largest value that is not None (CUDA memory columns; None on host ranks), else None."""
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
 
 
 def _pipeline_columns(case: CaseSpec, facts: list[dict], ranks: list[dict], world: int, mean) -> dict:
