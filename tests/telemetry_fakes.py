@@ -128,3 +128,26 @@ def torch_view(physical, visible: str, with_uuid=True, with_pci=True):
         out.append({"cuda_index": i, "uuid": g.uuid[4:] if with_uuid else "", "pci": g.pci if with_pci else None,
                     "name": g.name, "visible": visible})
     return out
+
+
+CUDA0 = SimpleNamespace(type="cuda", index=0)  # what a rank's torch.device("cuda", 0) answers to .type / .index
+
+
+def times(*ts):
+    """A clock for the energy span (bench.telemetry.energy.Meter): returns ts in turn, one per
+    counter reading, so the span's length is the test's to choose."""
+    it = iter(ts)
+    return lambda: next(it)
+
+
+def one_rank_on(monkeypatch, gpus, *, energy_clock, interval_s=60.0, **kw):
+    """Telemetry of one rank on cuda:0 = gpus[0] (CUDA_VISIBLE_DEVICES unset), the fake NVML and
+    psutil; the sampler's interval long enough that it reads only at case start and end."""
+    from bench.telemetry import Telemetry
+
+    view = torch_view(gpus, ",".join(str(i) for i in range(len(gpus))))
+    monkeypatch.setattr(nvml, "cuda_identity", lambda device: view[device.index])
+    info = SimpleNamespace(rank=0, local_rank=0, node_rank=0, world=1, device=CUDA0)
+    job = SimpleNamespace(config=SimpleNamespace(telemetry=True, telemetry_interval_s=interval_s))
+    kw.setdefault("nvml_module", fake_nvml(gpus))
+    return Telemetry(job, info, None, psutil_module=FakePsutil, energy_clock=energy_clock, **kw)

@@ -18,6 +18,7 @@ from bench.allreduce import REGISTRY, Plan as AlgPlan
 from bench.allreduce.analysis import bus_factor, write_model
 from bench.allreduce.config import AllreduceConfig, CaseSpec, expand, variant_label
 from bench.allreduce.nccl_log import PROBE, log_env, write_nccl_tuning
+from bench.sweep.energy import TimedSpan
 from bench.sweep.values import Ctx, arange, reduce_expected, reduce_values
 from bench.distributed.launch import launched_externally
 from bench.errors import BenchError
@@ -139,8 +140,10 @@ def measure(unit: Unit, launch) -> dict:
         plan_ = AlgPlan(rank=info.rank, world=info.world, op=case.op, chunk_numel=case.chunk_numel(esize))
         x = inputs.clone()
         with launch.tel.case(case.case_id, size_bytes=size, placement="in-place", algorithm=case.label) as tc:
-            res = timed_loop(lambda _async: alg.allreduce(x, plan_), spec=loop, device=info.device,
-                             barrier=comm.barrier, agree_max=comm.reduce_max, case=case.case_id, size_bytes=size)
+            span = TimedSpan(tc.energy, lambda _async: alg.allreduce(x, plan_), comm.reduce_max, [info.device])
+            res = timed_loop(span.op, spec=loop, device=info.device,
+                             barrier=comm.barrier, agree_max=span.agree_max, case=case.case_id, size_bytes=size)
+            span.stop(bus_bytes_per_op=size * bus_factor(info.world) * info.world)
         trace = None
         if size_profiled(cfg.profile, size):  # after the timed loop, outside it: timings unchanged
             run_dir = Path(cfg.out) / cfg.name / launch.run_id

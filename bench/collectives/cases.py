@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from bench.collectives import REGISTRY, Ctx
 from bench.collectives import probe
+from bench.sweep.energy import TimedSpan
 from bench.sweep.values import wrong_elements
 from bench.collectives.config import CaseSpec, CollectivesConfig, expand
 from bench.errors import BenchError
@@ -119,8 +120,10 @@ def measure(unit: Unit, launch) -> dict:
                   op=case.op or None, root=max(case.root, 0), inplace=placement == "in-place", group=group)
         bufs = coll.setup(ctx)
         with launch.tel.case(case.case_id, size_bytes=size, placement=placement) as tc:
-            res = timed_loop(lambda a: coll.call(ctx, bufs, a), spec=loop, device=info.device,
-                             barrier=comm.barrier, agree_max=comm.reduce_max, case=case.case_id, size_bytes=size)
+            span = TimedSpan(tc.energy, lambda a: coll.call(ctx, bufs, a), comm.reduce_max, [info.device])
+            res = timed_loop(span.op, spec=loop, device=info.device,
+                             barrier=comm.barrier, agree_max=span.agree_max, case=case.case_id, size_bytes=size)
+            span.stop(bus_bytes_per_op=size * coll.bus_factor(n) * info.world)
         trace = None
         if size_profiled(cfg.profile, size):  # after the timed loop, outside it: timings unchanged
             run_dir = RunDir.of(cfg, launch.run_id).path

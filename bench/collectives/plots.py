@@ -1,5 +1,5 @@
-"""Collectives: busbw vs size and latency vs size per collective (p25-p75 bands), the
-nccl-tests-style table and the wrong-elements summary."""
+"""Collectives: busbw vs size and latency vs size per collective (p25-p75 bands), energy per GB
+vs size (bench.report.plots.energy), the nccl-tests-style table and the wrong-elements summary."""
 
 from pathlib import Path
 
@@ -10,6 +10,7 @@ import pandas as pd
 from bench.report.plots.common import (Section, finish_axes, legend, new_figure, save, size_axis, size_label,
                                        style)
 from bench.report.plots.data import Entry, lacking, num, series_keys, series_label, table, with_band
+from bench.report.plots.energy import per_gb_vs_size
 from bench.results.fingerprint import of_run
 
 SMALL_BYTES = 64 * 1024  # "small sizes" of the latency plot: where alpha dominates on most fabrics
@@ -107,6 +108,7 @@ def section(entries: list[Entry], out_dir: Path) -> Section:
             else:
                 plt.close(fig)
                 sec.missing.append(f"{coll}: busbw is null at every size")
+            per_gb_vs_size(sec, sized, keys, out_dir, coll)
         if not (num(c, "size_bytes") > 0).any():
             sec.missing.append(f"{coll}: moves no data (S = 0), so no size axis: its latency is in the table below")
             continue

@@ -142,7 +142,9 @@ def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules
     for df, default in ((b, "baseline"), (c, "current")):
         df["run_id"] = df["run_id"].astype(str) if "run_id" in df.columns else default
     repeat_ids = sorted(b["run_id"].unique())
-    metrics = [m for m in reading(kind).metrics if m.column in b.columns or m.column in c.columns]
+    # a shown metric that no row has (energy on a host without the counter) adds only empty rows
+    metrics = [m for m in reading(kind).metrics if (m.column in b.columns or m.column in c.columns)
+               and (m.gated or _num(b, m.column).notna().any() or _num(c, m.column).notna().any())]
     b_groups = {k if isinstance(k, tuple) else (k,): g for k, g in b.groupby(keys, sort=False)}
     c_groups = {k if isinstance(k, tuple) else (k,): g for k, g in c.groupby(keys, sort=False)}
     order = list(b_groups) + [k for k in c_groups if k not in b_groups]  # baseline order, then new cases

@@ -4,8 +4,10 @@ import pandas as pd
 
 from bench.kind import Metric
 
-# time: nccl-tests' figure (docs/schema.md says which mode and rank reduction); busbw shown only
-COMM_METRICS = (Metric("time_median_s", True, True), Metric("busbw_gbps", False, False))
+# time: nccl-tests' figure (docs/schema.md says which mode and rank reduction); busbw and the energy
+# over the timed span (docs/telemetry.md, "Energy": null where the counter is missing or too coarse) shown only
+COMM_METRICS = (Metric("time_median_s", True, True), Metric("busbw_gbps", False, False),
+                Metric("energy_per_op_j", True, False), Metric("energy_per_gb_j", True, False))
 # what changes a collective's numbers beside its key (a baseline must agree on each)
 COMM_SETTINGS = ("mode", "blocking", "rank_reduce", "dtype", "op", "warmup_iters", "threads_per_rank", "device_type")
 

@@ -6,6 +6,11 @@
     row.update(tc.summary)                           # on rank 0: per-case summary columns
     tel.close()                                      # every rank, at the end of the launch (local)
 
+Energy over the timed span (bench.telemetry.energy): inside the case, every rank calls
+`tc.energy.start(devices)` where its timed span begins and `tc.energy.stop(ops=..., ...)` where it
+ends; each rank reads the energy counter of its own GPUs itself (exact edges, no sampler), and the
+records reach rank 0 with the case's samples (the `energy_*` summary columns).
+
 One sampler thread per node, on local rank 0, samples the GPUs of that node's ranks (found by
 UUID / PCI bus id, see nvml.py) and the host, from case entry to case exit. On a normal exit
 the node samplers' samples go to rank 0 (one gather_object), which writes them to the
@@ -23,16 +28,17 @@ import socket
 import time
 from contextlib import contextmanager
 
-from bench.telemetry import nvml
+from bench.telemetry import energy, nvml
 from bench.telemetry.host import HostProbe
 from bench.telemetry.sampler import Sampler
 from bench.telemetry.summary import long_rows, summarize
 
 
 class _Case:
-    def __init__(self):
+    def __init__(self, span: energy.Span | None = None):
         self.summary: dict = {}  # rank 0: summary columns; elsewhere empty
         self.rows: list[dict] = []  # rank 0: the long rows written for this case
+        self.energy = span or energy.Span(None, 0)  # this rank's timed span (no-op when telemetry is off)
 
 
 def _dist():
@@ -62,7 +68,7 @@ def _gather_to_0(obj) -> list | None:
 
 class Telemetry:
     def __init__(self, job=None, info=None, writer=None, *, nvml_module=None, psutil_module=None,
-                 clock=time.time, use_nvml: bool = True):
+                 clock=time.time, use_nvml: bool = True, energy_clock=time.perf_counter):
         cfg = getattr(job, "config", None)
         self.enabled = job is not None and info is not None and bool(getattr(cfg, "telemetry", True))
         self.interval_s = float(getattr(cfg, "telemetry_interval_s", 0.1))
@@ -70,12 +76,14 @@ class Telemetry:
         self.sampler = None
         self.node: dict = {}
         self._nv = None
+        self.meter = None  # this rank's energy counters (bench.telemetry.energy), when enabled
         if job is not None and writer is not None and not self.enabled:
             writer.update_meta(lambda m: {**m, "telemetry": {"enabled": False, "why": "turned off (--no-telemetry)"}})
         if not self.enabled:
             return
         if self.interval_s <= 0:
             raise ValueError(f"telemetry_interval_s must be > 0, got {self.interval_s}")
+        self.meter = energy.Meter(nvml_module, use_nvml, clock=energy_clock)
         me = {"rank": info.rank, "local_rank": info.local_rank, "node_rank": info.node_rank,
               "host": socket.gethostname(), "pid": os.getpid(), "cuda": nvml.cuda_identity(info.device)}
         peers = _all_gather(me)
@@ -140,7 +148,7 @@ class Telemetry:
 
     @contextmanager
     def case(self, case_id: str, **keys):
-        tc = _Case()
+        tc = _Case(energy.Span(self.meter, self.info.rank) if self.enabled else None)
         if not self.enabled:
             yield tc
             return
@@ -161,11 +169,11 @@ class Telemetry:
             missing.update({(None, k): v for k, v in self.sampler.host.missing.items()})
             payload = {**{k: v for k, v in self.node.items() if k != "mapping"}, "ticks": self.sampler.ticks,
                        "samples": samples, "missing": missing}
-        got = _gather_to_0(payload)
+        got = _gather_to_0({"node": payload, "energy": tc.energy.record})
         if self.info.rank != 0:
             return
-        nodes = [n for n in got if n]
-        tc.summary = summarize(nodes, t0, t1, self.interval_s)
+        nodes = [g["node"] for g in got if g["node"]]
+        tc.summary = {**summarize(nodes, t0, t1, self.interval_s), **energy.summarize([g["energy"] for g in got])}
         run_id = self.writer.dir.name if self.writer is not None else None
         tc.rows = long_rows(nodes, run_id, case_id, keys, t0)
         if self.writer is not None and tc.rows:
@@ -178,6 +186,8 @@ class Telemetry:
         if self._nv is not None:
             nvml.shutdown(self._nv)
             self._nv = None
+        if self.meter is not None:
+            self.meter.close()
         self.enabled = False
 
 

@@ -5,9 +5,10 @@ A node payload: {"host", "node_rank", "gpus": [uuid], "gpu_status": "" or why th
 metrics, "ticks": sampling instants, "samples": [(t, uuid, rank, core, metric, value)],
 "missing": {(uuid or None, metric): reason}}.
 
-Energy is the energy counter's last minus first value over the case (not a sum of power
-samples); PCIe and NVLink bytes are counter differences too. Power is the sum over GPUs of
-each GPU's mean draw; utilization means are over all GPUs' samples.
+`gpu_energy_j` is the energy counter's last minus first value over the case window, warm-up
+included (not a sum of power samples); PCIe and NVLink bytes are counter differences too. The
+`energy_*` columns cover the timed span only, read on the ranks themselves (bench.telemetry.energy).
+Power is the sum over GPUs of each GPU's mean draw; utilization means are over all GPUs' samples.
 """
 
 from collections import defaultdict
@@ -35,6 +36,13 @@ TELEMETRY_SUMMARY = {
     "gpu_mem_util_max_pct": "float64",
     "gpu_power_mean_w": "float64",  # sum over GPUs of each one's mean draw
     "gpu_energy_j": "float64",  # sum over GPUs of the energy counter difference
+    "energy_j": "float64",  # NVML energy counter over the timed span only (not warm-up), summed over the case's GPUs (one reading per GPU); null: see energy_note
+    "energy_span_s": "float64",  # the timed span the energy figures cover (the longest GPU's), seconds
+    "energy_per_op_j": "float64",  # energy_j / ops issued in the timed span (collectives, allreduce)
+    "energy_per_gb_j": "float64",  # energy_j per 1e9 bus bytes: ops x size_bytes x bus_factor x ranks (the bytes of busbw, every rank's)
+    "energy_per_step_j": "float64",  # energy_j / timed training steps
+    "energy_per_sample_j": "float64",  # energy_j / samples of the timed steps (steps x global batch)
+    "energy_note": "string",  # why the energy figures are null (no counter, span shorter than 1 s, counter still); "" when given
     "gpu_temp_max_c": "float64",
     "gpu_sm_clock_mean_mhz": "float64",
     "gpu_mem_clock_mean_mhz": "float64",

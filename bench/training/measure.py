@@ -117,7 +117,7 @@ def _check(trainer, rank: int) -> dict | None:
     return chk
 
 
-def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
+def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None, energy=None) -> dict:
     """Every rank: one case. Returns the gathered per-rank facts (on every rank); with
     cfg.profile (and a run_dir), 5 profiled steps after everything timed."""
     info = comm.info
@@ -138,7 +138,11 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None) -> dict:
         devices = trainer.device_list()
         release_cached(devices)  # what the check left in the caching allocator is not the steps' memory
         host_reset = all([reset_peak(d) for d in devices])
+        if energy is not None:  # the timed steps' energy span (bench.telemetry.energy): every device it drives
+            energy.start(devices)
         recs = _timed_steps(trainer, comm, cfg.steps)
+        if energy is not None:
+            energy.stop(steps=cfg.steps, samples=cfg.steps * case.batch)  # batch: global, samples per step
         mem = max((read_peak(d, host_reset) for d in devices), key=peak_bytes)  # max over the devices it drives
         solo = _solo_s(trainer, cfg.steps)
         loss = trainer.loss()
@@ -424,7 +428,7 @@ def measure(case: CaseSpec, launch) -> dict:
     """Every rank: one strategy / pipeline case inside its telemetry window; tables on rank 0."""
     with launch.tel.case(case.case_id, strategy=case.strategy, model=case.model) as tc:
         cfg = launch.job.config
-        res = measure_case(case, cfg, launch.comm, RunDir.of(cfg, launch.run_id).path)
+        res = measure_case(case, cfg, launch.comm, RunDir.of(cfg, launch.run_id).path, energy=tc.energy)
     if launch.info.rank != 0:
         return {}
     tables = build_tables(case, res, launch.base_row(), launch.hosts, launch.nodes)

@@ -4,7 +4,7 @@
 import math
 
 from bench.report.format import mib, num, pct
-from bench.report.summaries import notes, rows_of
+from bench.report.summaries import energy_lines, notes, rows_of
 from bench.report.terminal import Printer
 
 STRATEGY_COLS = (f"{'strategy':<8} {'model':<10} {'world':>5} {'chunks':>6} {'schedule':<11} {'ckpt':<11} {'batch':>5} "
@@ -101,7 +101,7 @@ def strategies_summary(run) -> str:
     out.append(f"#  Correctness vs single-process reference ({rows[0]['tolerance'] if rows else ''}): "
                f"{wrong} wrong tensor(s) {'OK' if wrong == 0 else 'FAILED'}")
     out += [f"#  Degraded: {s}: {d}" for s, d in sorted({(r["strategy"], r["degraded"]) for r in rows if r.get("degraded")})]
-    return "\n".join(out + [f"#  Note: {n}" for n in notes(run)])
+    return "\n".join(out + energy_lines(rows) + [f"#  Note: {n}" for n in notes(run)])
 
 class StrategiesLive(Printer):
     """Strategy / pipeline cases: one line per finished case (columns: bench.report.summaries)."""
