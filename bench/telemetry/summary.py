@@ -35,7 +35,7 @@ TELEMETRY_SUMMARY = {
     "gpu_mem_util_mean_pct": "float64",
     "gpu_mem_util_max_pct": "float64",
     "gpu_power_mean_w": "float64",  # sum over GPUs of each one's mean draw
-    "gpu_energy_j": "float64",  # sum over GPUs of the energy counter difference
+    "gpu_energy_j": "float64",  # sum over GPUs of the energy counter difference over the case window, warm-up included (energy_j: the timed span)
     "energy_j": "float64",  # NVML energy counter over the timed span only (not warm-up), summed over the case's GPUs (one reading per GPU); null: see energy_note
     "energy_span_s": "float64",  # the timed span the energy figures cover (the longest GPU's), seconds
     "energy_per_op_j": "float64",  # energy_j / ops issued in the timed span (collectives, allreduce)
