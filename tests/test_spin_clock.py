@@ -91,3 +91,49 @@ def test_a_case_whose_spins_drift_is_degraded(cuda):
     assert spin.drift([{"spin_intended_s": None, "spin_measured_s": None}]) == (None, "")
     models.occupy(0.01, torch.zeros(1))  # outside the ledger: no events
     assert cuda.script[0] == [] and cuda.calls[-1] == ("_sleep", 20_000_000)
+
+
+def test_a_training_row_carries_the_spins_and_is_degraded_by_a_drift():
+    """build_tables (the pipeline row of two ranks, as tests/test_cuda_waits.py builds it) with each
+    rank's case_spins: the columns sum over ranks, the worst rank's drift is kept, and a drift past
+    5% is one more degraded reason."""
+    from bench.training.case import CaseSpec
+    from bench.training.measure import build_tables
+    from bench.training.replay import gpipe_order
+
+    mem = {"memory_kind": "cpu", "peak_allocated_bytes": 1, "peak_active_bytes": 1, "peak_reserved_bytes": 1,
+           "device_used_bytes": 1, "device_total_bytes": 2, "host_peak_rss_bytes": 1, "host_peak_is_lifetime": False}
+
+    def rec(r):
+        spans = [("fwd", 0, 0, 0.0, 1.0), ("bwd", 0, -1, 3.0, 4.0)] if r == 0 else \
+            [("fwd", 1, 0, 1.0, 2.0), ("bwd", 1, -1, 2.0, 3.0)]
+        return {"span": (0.0, 4.0), "spans": spans, "waits": [(1.0, 3.0, (1,))] if r == 0 else [(0.0, 1.0, (0,))]}
+
+    def facts(measured):
+        return [{"recs": [rec(r)] * 5, "mem": mem, "solo_s": float("nan"), "role": f"stages {r}", "degraded": "",
+                 "devices": 1, "comm_in_compute": False, "order": gpipe_order(2, 1) if r == 0 else None,
+                 "params": 10, "spin": {"spin_intended_s": 1.0, "spin_measured_s": m}} for r, m in enumerate(measured)]
+
+    case = CaseSpec(strategy="pp", model="timed", world=2, chunks=1, schedule="gpipe", batch=8)
+    base_row = {"run_id": "r", "suite": "s", "kind": "pipeline", "world": 2, "nodes": 1, "backend": "gloo",
+                "device_type": "cpu", "threads_per_rank": 1, "oversubscribed": False, "degraded": ""}
+    ok = build_tables(case, {"facts": facts([1.01, 0.99]), "check": None, "loss": 1.0}, base_row, ["h", "h"], 1)
+    row = ok["results"][0]
+    assert (row["spin_intended_s"], row["spin_measured_s"]) == (2.0, pytest.approx(2.0))
+    assert row["spin_drift"] == pytest.approx(0.01) and row["degraded"] == ""
+    bad = build_tables(case, {"facts": facts([1.0, 1.08]), "check": None, "loss": 1.0}, base_row, ["h", "h"], 1)
+    assert bad["results"][0]["spin_drift"] == pytest.approx(0.08)
+    assert "spins measured +8.0% off their intended time" in bad["results"][0]["degraded"]
+
+
+def test_case_spins_rechecks_then_keeps_a_ledger_of_the_timed_steps(cuda):
+    from bench.workloads import spin
+
+    cuda.script[0] += at(2.0) + at(2.0)  # the re-check of a device never calibrated: a calibration
+    with spin.case_spins([torch.device("cuda", 0)], timed=True) as got:
+        cuda.script[0] += [5.0, 5.010]
+        models.occupy(0.01, torch.zeros(1))
+    assert got == {"spin_intended_s": pytest.approx(0.01), "spin_measured_s": pytest.approx(0.010)}
+    with spin.case_spins([torch.device("cpu")], timed=True) as got:
+        pass
+    assert got == {}  # nothing spins on CPU: no columns

@@ -172,3 +172,35 @@ def drift(facts: list[dict]) -> tuple[float | None, str]:
         return worst, ""
     return worst, (f"timed workload's spins measured {worst:+.1%} off their intended time (tolerance "
                    f"{SPIN_DRIFT_TOLERANCE:.0%}): the SM clock changed inside the case")
+
+
+@contextlib.contextmanager
+def case_spins(devices, timed: bool):
+    """One case's timed steps on the timed workload: re-check each CUDA device it drives, then a
+    ledger around the steps. Yields a dict that holds {spin_intended_s, spin_measured_s} on exit
+    (empty elsewhere: CPU, or a model that does not spin)."""
+    out: dict = {}
+    cuda = [d for d in devices if getattr(d, "type", None) == "cuda"] if timed else []
+    if not cuda:
+        yield out
+        return
+    current = torch.cuda.current_device()
+    for d in cuda:
+        index = d.index if d.index is not None else current
+        if index == current:
+            recheck(index)
+        else:
+            with torch.cuda.device(index):  # a rank driving several devices (layer)
+                recheck(index)
+    with ledger() as led:
+        yield out
+    out.update(led.result())
+
+
+def columns(facts: list[dict]) -> tuple[dict, str]:
+    """The training row's spin columns over the ranks' case_spins dicts, and the degraded note."""
+    got = [f for f in facts if f and f.get("spin_intended_s")]
+    worst, note = drift(got)
+    return {"spin_intended_s": sum(f["spin_intended_s"] for f in got) if got else None,
+            "spin_measured_s": sum(f["spin_measured_s"] for f in got) if got else None,
+            "spin_drift": worst}, note
