@@ -13,6 +13,7 @@ import sys
 
 import bench.kinds  # noqa: F401  (registers every benchmark kind)
 from bench.imports import cli as import_cli
+from bench.imports import injob_cli
 from bench.jobspec import cli as jobspec_cli
 from bench.overhead import cli as telemetry_cli
 from bench.pipeline import plan_cli
@@ -31,7 +32,7 @@ from bench.suite import int_list, load_suite, resolve_suite
 
 # Subcommands that are not benchmark kinds: each module has add_parser(subparsers).
 COMMANDS = (telemetry_cli, report_cli, regress_cli, results_cli, history_cli, import_cli, plan_cli, simcluster_cli,
-            jobspec_cli)
+            jobspec_cli, injob_cli)
 
 
 def build_parser() -> Parser:

@@ -73,6 +73,7 @@ VOCABULARY = {
     "--kind": "kind",
     "--pairs": "pairs",
     "--rules": "rules",
+    "--against": "judge",  # what the figures are judged against: gate's git revision, injob's stored run
 }
 
 

@@ -75,7 +75,9 @@ def profile_steps(step: Callable[[int], None], label: Callable[[int], str], path
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sched = torch.profiler.schedule(**SCHEDULE, repeat=1)
-    with torch.profiler.profile(activities=activities(device), schedule=sched,
+    # record_shapes: the collectives' spans carry their sizes (gloo writes no record_param_comms), which
+    # `distbench injob` reads back (bench/imports/kineto.py)
+    with torch.profiler.profile(activities=activities(device), schedule=sched, record_shapes=True,
                                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
         for k in range(steps):
             before(k)
