@@ -41,6 +41,7 @@ class Parsed:
     devices: list[str] = field(default_factory=list)  # one name per rank (GPU model), when listed
     device_ids: list[int] = field(default_factory=list)  # each rank's CUDA device index, when listed
     backend: str = "nccl"
+    device_type: str = "cuda"  # cpu: a gloo job's records (bench.imports.injob)
     nccl_version: str = ""
     notes: list[str] = field(default_factory=list)  # cut off, unparsed lines, columns left null
 
@@ -91,7 +92,8 @@ def _rank_entry(p: Parsed, i: int) -> dict:
     gpu = {"name": p.devices[i] if i < len(p.devices) else "unknown GPU (not in the file)"}
     if i < len(p.device_ids):
         gpu["index"] = p.device_ids[i]
-    return {"rank": i, "host": p.hosts[i] if i < len(p.hosts) else "", "device": "cuda", "gpus": [gpu]}
+    return {"rank": i, "host": p.hosts[i] if i < len(p.hosts) else "", "device": p.device_type,
+            "gpus": [gpu] if p.device_type == "cuda" else []}
 
 
 def store(parsed: list[Parsed], *, tool: str, definitions: dict, out, suite: str, argv=None) -> Path:
@@ -144,7 +146,8 @@ def store(parsed: list[Parsed], *, tool: str, definitions: dict, out, suite: str
                      "platform": f"imported from {tool}"},
         "notes": [f"imported from {tool} {source['version']}: {source['command'] or 'command line not recorded'}"],
     }
-    common = {"run_id": run_id, "suite": suite, "kind": KIND, "nodes": 1, "backend": "nccl", "device_type": "cuda",
+    common = {"run_id": run_id, "suite": suite, "kind": KIND, "nodes": 1, "backend": parsed[0].backend,
+              "device_type": parsed[0].device_type,
               "threads_per_rank": None, "oversubscribed": False, "degraded": ""}
     df = pd.DataFrame([{**common, **r, "nodes": launches[str(r["world"])]["nodes"]} for r in rows])
     write_parquet(conform(df, "results"), rd.path / "results.parquet")
