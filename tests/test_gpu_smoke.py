@@ -1,6 +1,7 @@
-"""tools/gpu_smoke.py part C (issue 31: items 1-4 with several ranks on one device) without a GPU:
-the pure verdicts and the transport choice, the host-staged point-to-point shim on two gloo ranks,
-and the checks' CPU form through the script (`--cpu`; the long ones are marked slow). The run
+"""tools/gpu_smoke.py without a GPU: every check's verdict fed wrong data (it fails) and good data
+(it passes): part C's (several ranks on one device) in tools/gpu_smoke_ranks.py, parts A and B's in
+tools/gpu_smoke_checks.py; the transport choice, the host-staged point-to-point shim on two gloo
+ranks, and the checks' CPU form through the script (`--cpu`; the long ones are marked slow). The run
 without CUDA is tests/test_telemetry_end_to_end.py::test_gpu_smoke_without_cuda_says_so_and_passes."""
 
 import math
@@ -15,6 +16,7 @@ from conftest import ROOT, spawn
 
 sys.path.insert(0, str(ROOT / "tools"))
 import gpu_smoke  # noqa: E402 - tools/ is not a package
+import gpu_smoke_checks as V  # noqa: E402
 import gpu_smoke_ranks as R  # noqa: E402
 
 MiB = 1 << 20
@@ -27,7 +29,7 @@ def smoke(*argv, timeout=600) -> subprocess.CompletedProcess:
 
 def lines(stdout: str) -> dict:
     """{check: (status, line)} of the '# gpu-smoke: status check: line' lines."""
-    return {c: (s, x) for s, c, x in re.findall(r"^# gpu-smoke: (ok|FAILED|skipped) ([^:]+): (.*)$", stdout, flags=re.M)}
+    return {c: (s, x) for s, c, x in re.findall(r"^# gpu-smoke: (ok|FAILED|not run) ([^:]+): (.*)$", stdout, flags=re.M)}
 
 
 # ---- which transport -------------------------------------------------------------------------
@@ -129,7 +131,7 @@ def test_memory_allocated_above_reserved_fails_and_host_ranks_skip():
     assert status == "FAILED" and "rank 1 check: allocated 30 MiB > reserved 20 MiB" in line
     host = {"memory_kind": "host", "peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "host_peak_rss_bytes": 300 * MiB}
-    assert R.memory_verdict({0: [host] * 3}, 1, LABELS)[0] == "skipped"
+    assert R.memory_verdict({0: [host] * 3}, 1, LABELS)[0] == "not run"  # not judged: not a pass
 
 
 def test_groups_must_not_grow():
@@ -144,7 +146,15 @@ def test_plan_verdict_reads_the_held_out_error():
             "launch 2026: step time MAPE 1.3%; launch factor 0.988x, MAPE with it taken out 0.6%\n")
     status, line = R.plan_verdict(text)
     assert status == "ok" and line.startswith("held-out step MAPE 1.2%, peak memory MAPE 0.9%")
+    assert line.endswith("(within 10%)")
     assert R.plan_verdict("no numbers")[0] == "FAILED"
+
+
+def test_plan_verdict_fails_a_held_out_error_above_its_limit():
+    """Was: any MAPE printed was `ok` ('printed; not judged')."""
+    status, line = R.plan_verdict("step time MAPE 37.5%  peak memory MAPE 0.9%\n")
+    assert status == "FAILED" and line == "held-out step MAPE 37.5%, peak memory MAPE 0.9% (ABOVE 10%)"
+    assert R.plan_verdict(f"step time MAPE {R.PLAN_MAPE_MAX_PCT}%\n")[0] == "ok"  # the limit itself passes
 
 
 def test_plan_layouts_verdict_reads_the_held_out_tp_error_and_its_source():
@@ -152,7 +162,7 @@ def test_plan_layouts_verdict_reads_the_held_out_tp_error_and_its_source():
             "per layout: pp2 tp2 step MAPE 1.9%, peak 2.3% (3 cases; comm from collectives run 2026-x (throughput mode))\n")
     status, line = R.plan_layouts_verdict(text)
     assert status == "ok" and line.startswith("held-out pp2 x tp2 step MAPE 1.9%, comm from collectives run 2026-x "
-                                              "(throughput mode) (a prediction")
+                                              "(throughput mode) (within 15%)")
     two = text.replace(")\n", "); pp4 step MAPE 0.9%, peak 1.7% (3 cases; comm from measured in the pp4 calibration)\n")
     assert R.plan_layouts_verdict(two)[1] == line
     assert R.plan_layouts_verdict("step time MAPE 1.9%")[0] == "FAILED"
@@ -160,9 +170,15 @@ def test_plan_layouts_verdict_reads_the_held_out_tp_error_and_its_source():
                         "x1.53, collectives x0.94)")
     assert R.plan_layouts_verdict(host)[1].startswith(
         "held-out pp2 x tp2 step MAPE 1.9%, comm from collectives run 2026-x (throughput mode); tp2 host cost from "
-        "pp1 tp2 (4 case(s)): compute x1.53, collectives x0.94 (a prediction")
+        "pp1 tp2 (4 case(s)): compute x1.53, collectives x0.94 (within")
     assert R.plan_layouts_verdict(host.replace(")\n", "); pp4 step MAPE 0.9%, peak 1.7% (3 cases; comm from x)\n"))[1] \
         == R.plan_layouts_verdict(host)[1]
+
+
+def test_plan_layouts_verdict_fails_a_held_out_error_above_its_limit():
+    text = "per layout: pp2 tp2 step MAPE 21.0%, peak 2.3% (3 cases; comm from collectives run x (throughput mode))\n"
+    status, line = R.plan_layouts_verdict(text)
+    assert status == "FAILED" and line.endswith("(ABOVE 15%)"), line
 
 
 @pytest.mark.slow
@@ -223,18 +239,28 @@ def test_cpu_latency_ranks_check_runs_and_summarises():
     p = smoke("--cpu", "--checks", "latency-ranks", "--out", "/nonexistent-not-written", timeout=180)
     got = lines(p.stdout)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert got["transport"][0] == "ok" and got["transport"][1].startswith("gloo-cpu")
+    assert "transport" not in got  # a fact, not a check: it counts neither way
+    assert re.search(r"^# gpu-smoke-info: transport: gloo-cpu", p.stdout, flags=re.M)
     status, line = got["item 1 latency ranks"]
     assert status == "ok" and "2 ranks on gloo-cpu" in line and "20 samples each" in line
-    assert "# gpu-smoke summary" in p.stdout and p.stdout.rstrip().endswith("all checks ok or skipped")
+    assert "# gpu-smoke summary" in p.stdout and p.stdout.rstrip().endswith("all 1 checks passed")
+
+
+def test_a_check_not_run_is_not_a_pass_and_the_exit_code_says_so():
+    """--cpu has no CUDA for part B: its throttle check is `not run`, the summary names it and the
+    exit code is 3 (was: nothing reported, exit 0)."""
+    p = smoke("--cpu", "--checks", "throttle", "--out", "/nonexistent-not-written", timeout=120)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert lines(p.stdout)["throttle"] == ("not run", "needs CUDA (--cpu)")
+    assert p.stdout.rstrip().endswith("0 passed, NOT RUN (not proved): throttle")
 
 
 @pytest.mark.slow
 def test_cpu_composed_cases_memory_and_groups(tmp_path):
     p = smoke("--cpu", "--checks", "composed-cases", "--out", str(tmp_path), timeout=300)
     got = lines(p.stdout)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert got["item 2 per-case memory"][0] == "skipped"  # host ranks: no allocator peaks
+    assert p.returncode == 3, p.stdout + p.stderr  # item 2 not run on host ranks: not everything proved
+    assert got["item 2 per-case memory"][0] == "not run"  # host ranks: no allocator peaks
     status, line = got["item 4 process groups"]
     assert status == "ok" and "[1, 1, 1, 1, 1]" in line and "pp+tp (check)" in line
 
@@ -261,3 +287,199 @@ def test_cpu_schedules_and_plan_through_the_cli(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert got["item 3 schedules bubble"][1].startswith("7/7 schedules within 2 points")
     assert got["plan"][0] == "ok" and "held-out step MAPE" in got["plan"][1]
+
+
+# ---- parts A and B: each verdict fed wrong data fails, fed good data passes ---------------------
+
+def test_the_outcome_counts_a_check_not_run_as_not_passed():
+    ok, bad, nr = ("ok", "a", "x"), ("FAILED", "b", "x"), ("not run", "c", "x")
+    assert V.outcome([ok, ok]) == ("all 2 checks passed", 0)
+    assert V.outcome([ok, nr]) == ("1 passed, NOT RUN (not proved): c", 3)
+    assert V.outcome([ok, nr, bad]) == ("FAILED: b; not run: c", 1)
+    assert V.status_of([], []) == "ok" and V.status_of([], ["x"]) == "not run" and V.status_of(["p"], ["x"]) == "FAILED"
+
+
+def _throttle_samples(reasons: list[int], sm: list[int], app: int | None = 1980):
+    """What the throttle check gathers: a fake NVML GPU read at instants 0..n-1 with these clock-event
+    reasons and SM clocks (tests/telemetry_fakes.py), and the case summary over them."""
+    from telemetry_fakes import fake_nvml, three_gpus
+
+    from bench.telemetry import nvml
+    from bench.telemetry.summary import summarize
+
+    g = three_gpus()[0]
+    if app is None:
+        g.unsupported.add("nvmlDeviceGetApplicationsClock")
+    probe = nvml.GpuProbe(fake_nvml([g]), g, g.uuid, pids=set())
+    out = []
+    for k, (m, mhz) in enumerate(zip(reasons, sm)):
+        g.reasons, g.sm_mhz, g.app_sm_mhz = m, mhz, app or 0
+        probe.read(float(k), out)
+    node = {"host": "h", "node_rank": 0, "gpus": [g.uuid], "gpu_status": "", "ticks": len(reasons), "samples": out,
+            "missing": {}}
+    return out, {float(k) for k in range(1, len(reasons))}, summarize([node], 0, len(reasons), 1.0), probe.missing
+
+
+def test_throttle_ok_on_a_busy_gpu_whose_summary_matches_its_samples():
+    out, loaded, s, missing = _throttle_samples([0x0, 0x0, 0x4, 0x0, 0x0], [1980, 1980, 1500, 1980, 1980])
+    problems, facts, unjudged = V.throttle_verdict(out, loaded, s, missing)
+    assert (problems, unjudged) == ([], []) and "1 of 5 instants cut, case throttled=True" in facts[0]
+
+
+def test_throttle_fails_when_the_gpu_read_is_idle_under_load():
+    """Was: the check reported `ok` whatever it read; an idle GPU under load is another GPU's reading."""
+    out, loaded, s, missing = _throttle_samples([0x1] * 5, [1980] * 5)
+    problems, _, _ = V.throttle_verdict(out, loaded, s, missing)
+    assert problems == ["gpu_idle set under load at 4 of 4 instant(s): the probe reads another GPU"]
+    out, loaded, s, missing = _throttle_samples([0x0] * 5, [1980, 0, 0, 0, 0])
+    assert V.throttle_verdict(out, loaded, s, missing)[0][0].startswith("SM clock not read or 0 under load")
+
+
+def test_throttle_fails_when_the_case_flag_disagrees_with_its_samples():
+    out, loaded, s, missing = _throttle_samples([0x8] * 5, [1500] * 5)  # hw_slowdown at every instant
+    problems, _, _ = V.throttle_verdict(out, loaded, {**s, "throttled": False}, missing)
+    assert problems == ["the case's throttled=False ('hw_slowdown') but its samples say True ('hw_slowdown': "
+                        "5 of 5 instants cut)"]
+    assert V.throttle_verdict(out, loaded, {**s, "throttle_reasons": ""}, missing)[0]  # the reasons too
+
+
+def test_throttle_fails_without_reasons_and_is_not_judged_without_an_application_clock():
+    out, loaded, s, missing = _throttle_samples([0x0] * 3, [1980] * 3)
+    no_reasons = [x for x in out if x[4] != "clock_event_reasons"]
+    assert V.throttle_verdict(no_reasons, loaded, s, {"clock_event_reasons": "not supported"})[0] == [
+        "clock-event reasons not read: not supported"]
+    out, loaded, s, missing = _throttle_samples([0x0] * 3, [1980] * 3, app=None)
+    problems, _, unjudged = V.throttle_verdict(out, loaded, s, missing)
+    assert problems == [] and unjudged[0].startswith("sw_power_cap as a cut: application clock not read")
+
+
+def _tuning(ok=True):
+    return {"variant": "NCCL_ALGO=Ring", "algorithm_chosen": "Ring" if ok else "Tree", "protocol_chosen": "Simple",
+            "size_bytes": 16 << 20, "matches_asked": ok}
+
+
+def _variant(**kw):
+    args = {"envs": [{"NCCL_ALGO": "Ring"}], "probes": ["2:probe"], "logs": 2, "tuning": [_tuning()], "world": 2,
+            "debug_in_env": False, **kw}
+    problems, facts, unjudged = V.variant_verdict(**args)
+    return V.status_of(problems, unjudged), V.line_of(problems, facts, unjudged)
+
+
+def test_nccl_variant_verdicts():
+    assert _variant() == ("ok", "timed rows without NCCL_DEBUG (Ring); probe launch 2:probe wrote 2 NCCL log file(s); "
+                                "asked NCCL_ALGO=Ring, NCCL chose Ring/Simple at 16777216 B")
+    assert _variant(tuning=[_tuning(False)])[0] == "FAILED"  # NCCL fell back
+    assert _variant(envs=[{"NCCL_ALGO": "Ring", "NCCL_DEBUG": "INFO"}])[1].startswith("a timed row ran with NCCL_DEBUG set")
+    assert _variant(probes=[])[0] == "FAILED"
+
+
+def test_nccl_variant_without_nccls_choice_is_not_run():
+    """Was: `ok` with 'NCCL's choice NOT verified' among its facts."""
+    status, line = _variant(tuning=[])
+    assert status == "not run" and "NOT judged: NCCL's choice: no TUNING line in the probe's log" in line
+    assert _variant(tuning=[], world=1)[0] == "not run"
+    assert _variant(debug_in_env=True)[0] == "not run"  # NCCL_DEBUG from our own environment proves nothing
+
+
+def _rank(cid, r, alloc, role="replica", kind="cuda"):
+    return {"case_id": cid, "rank": r, "role": role, "memory_kind": kind, "peak_allocated_bytes": alloc}
+
+
+GiB = 1 << 30
+
+
+def test_peaks_within_the_footprint_and_equal_over_replicas_pass():
+    ranks = [_rank("ddp.x", 0, 3.3 * GiB), _rank("ddp.x", 1, 3.25 * GiB), _rank("dp.x", 0, 2.2 * GiB, "process")]
+    problems, facts, unjudged = V.peaks_verdict(ranks, {"ddp.x": [3 * GiB, 3 * GiB], "dp.x": [2 * GiB]})
+    assert (problems, unjudged) == ([], []) and facts[0] == "ddp peaks r0 3379, r1 3328 MiB vs footprint 3072 MiB"
+
+
+def test_peaks_fail_when_replicas_differ_or_the_footprint_is_far():
+    """Was: the peaks were printed, never compared."""
+    est = {"ddp.x": [3 * GiB, 3 * GiB]}
+    problems, _, _ = V.peaks_verdict([_rank("ddp.x", 0, 3.3 * GiB), _rank("ddp.x", 1, 2.5 * GiB)], est)
+    assert problems == ["ddp: ranks of role 'replica' peak 2560..3379 MiB, more than 10% apart"]
+    problems, _, _ = V.peaks_verdict([_rank("ddp.x", 0, 6 * GiB), _rank("ddp.x", 1, 6 * GiB)], est)  # the check in it
+    assert problems[0] == "ddp rank 0: peak allocated 6144 MiB outside 2304..4736 MiB (footprint 3072 MiB)"
+    problems, _, _ = V.peaks_verdict([_rank("ddp.x", 0, 1 * GiB), _rank("ddp.x", 1, 1 * GiB)], est)  # states missing
+    assert len(problems) == 2 and "outside" in problems[0]
+    assert V.peaks_verdict([_rank("ddp.x", 0, None), _rank("ddp.x", 1, 3 * GiB)], est)[0] == [
+        "ddp: peak allocated missing or zero on ranks [0]"]
+    assert V.peaks_verdict([], est)[0] == ["no per-rank rows (strategy_ranks)"]
+
+
+def test_peaks_of_host_ranks_are_not_judged():
+    problems, _, unjudged = V.peaks_verdict([_rank("ddp.x", 0, None, kind="host")], {"ddp.x": [1]})
+    assert problems == [] and unjudged == ["ddp: host ranks have no allocator peaks"]
+
+
+def test_footprints_of_strategies_rows_are_the_memory_model_per_rank():
+    from bench.training.case import CaseSpec
+    from bench.training.memory import rank_bytes
+
+    rows = [{"case_id": "c", "strategy": "ddp", "model": "mlp-large", "world": 2, "batch": 32, "chunks": 1,
+             "schedule": "", "layout": "", "tp_degree": 1, "dp_degree": 1, "fsdp_degree": 1}]
+    want = rank_bytes(CaseSpec(strategy="ddp", model="mlp-large", world=2, batch=32), check=False)
+    assert gpu_smoke.footprints(rows) == {"c": want}
+    assert 3 * GiB < want[0] == want[1] < 4 * GiB  # 12 B per parameter: weights, gradients, DDP's buckets
+
+
+def _barrier(mode, t=2e-5, busbw=None, size=0):
+    return {"collective": "barrier", "size_bytes": size, "mode": mode, "time_median_s": t, "busbw_gbps": busbw}
+
+
+def test_barrier_verdicts():
+    modes = ["latency", "throughput"]
+    assert V.barrier_verdict([_barrier("latency"), _barrier("throughput")], modes) == (
+        [], ["latency 20.0 us", "throughput 20.0 us"], [])
+    assert V.barrier_verdict([_barrier("latency")], modes)[0] == ["rows for modes ['latency'], asked ['latency', 'throughput']"]
+    assert V.barrier_verdict([_barrier("latency", t=0.2), _barrier("throughput")], modes)[0] == [
+        "latency: barrier 0.2 s (want > 0 and < 0.05 s)"]
+    assert V.barrier_verdict([_barrier("latency", busbw=3.0), _barrier("throughput")], modes)[0] == [
+        "latency: a bandwidth for a barrier (3.0 GB/s)"]
+    assert V.barrier_verdict([_barrier("latency", size=8), _barrier("throughput")], modes)[0] == [
+        "a row of barrier at 8 B"]
+
+
+DRY = """# launch: world 2: 3 case(s)
+  all_gather.float32.none.root-1.latency.w2@8B  ~0.02 s (budget)
+  all_gather.float32.none.root-1.latency.w2@65536B  ~0.02 s (budget)
+  barrier.float32.none.root-1.latency.w2@0B  ~0.02 s (budget)
+# estimated duration: 0.1 s
+"""
+
+
+def _suite_row(cid, size, checks=1, coll="all_gather"):
+    return {"case_id": cid, "size_bytes": size, "checks": checks, "collective": coll}
+
+
+def test_the_collectives_full_subset_has_every_planned_case_checked():
+    planned = V.planned_cases(DRY)
+    assert planned == {("all_gather.float32.none.root-1.latency.w2", 8), ("all_gather.float32.none.root-1.latency.w2", 65536),
+                       ("barrier.float32.none.root-1.latency.w2", 0)}
+    ag = "all_gather.float32.none.root-1.latency.w2"
+    rows = [_suite_row(ag, 8), _suite_row(ag, 8), _suite_row(ag, 65536),  # two placements at 8 B
+            _suite_row("barrier.float32.none.root-1.latency.w2", 0, checks=0, coll="barrier")]
+    problems, facts, _ = V.suite_verdict(planned, rows)
+    assert problems == [] and facts == ["3 planned cases, 4 rows, every sized one checked: 2 collectives (all_gather, barrier)"]
+    assert V.suite_verdict(planned, rows[1:])[0] == []  # one placement at 8 B still covers the case
+    assert V.suite_verdict(planned, rows[2:])[0] == [f"1 planned case(s) without a row, e.g. [('{ag}', 8)]"]
+    assert V.suite_verdict(planned, [*rows, _suite_row(ag, 1 << 20)])[0][0].startswith("1 row(s) not planned")
+    assert V.suite_verdict(planned, [_suite_row(ag, 8, checks=0), *rows[2:]])[0] == [
+        f"1 sized case(s) never checked, e.g. [('{ag}', 8)]"]
+    assert V.suite_verdict(set(), rows)[0] == ["the dry run planned no case"]
+
+
+def test_check_rows_gives_the_strategies_step_its_peaks_verdict(monkeypatch):
+    """The strategies step through check_rows: its per-rank table judged (a fake run)."""
+    import pandas as pd
+
+    res = pd.DataFrame([{"case_id": "ddp.x", "step_median_s": 0.01, "device_type": "cuda", "gpu_mem_used_peak_bytes": 1,
+                         "wrong": 0, "strategy": "ddp"}])
+    ranks = pd.DataFrame([_rank("ddp.x", 0, 3.3 * GiB), _rank("ddp.x", 1, 1.0 * GiB)])
+    run = SimpleNamespace(tables={"results": res, "strategy_ranks": ranks}, meta={})
+    monkeypatch.setattr(gpu_smoke, "footprints", lambda rows: {"ddp.x": [3 * GiB, 3 * GiB]})
+    problems, facts, unjudged = gpu_smoke.check_rows("strategies", run, gpu=True)
+    assert problems[0] == "ddp: ranks of role 'replica' peak 1024..3379 MiB, more than 10% apart"
+    ranks.loc[1, "peak_allocated_bytes"] = 3.3 * GiB
+    assert gpu_smoke.check_rows("strategies", run, gpu=True)[0] == []

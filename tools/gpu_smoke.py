@@ -3,9 +3,12 @@
 Three parts, run C, A, B, each check independent (one failure never stops the others; each runs
 in a process of its own session with its own time limit, killed with every rank it started when
 the limit passes; none starts once less than 30 s of the --budget-s total is left), each ending
-in one line `# gpu-smoke: [ok|FAILED|skipped] <check>: <what was verified>`:
+in one line `# gpu-smoke: [ok|FAILED|not run] <check>: <what was verified>`. Every check can
+fail on wrong data (its verdict is a pure function: tools/gpu_smoke_checks.py for parts A and B,
+tools/gpu_smoke_ranks.py for part C, each fed wrong data in tests/test_gpu_smoke.py); a check that
+could not run here, or ran without data to judge, says `not run`, which is not a pass.
 
-C. Several ranks on one device (issue 31 items 1-4; tools/gpu_smoke_ranks.py; docs/telemetry.md
+C. Several ranks on one device (tools/gpu_smoke_ranks.py; docs/telemetry.md
    "What make gpu-smoke proves"). First the transport: nccl with >= 2 GPUs; on one GPU, NCCL >=
    2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 if two ranks pass a probe on cuda:0; else gloo with CUDA
    tensors in ranks started here (the CLI gives gloo ranks the CPU), pipelines through host copies.
@@ -18,20 +21,28 @@ C. Several ranks on one device (issue 31 items 1-4; tools/gpu_smoke_ranks.py; do
                          exact bubble per schedule, within 2 points (reported; CUDA_WAITS_UNVERIFIED
                          is not cleared in code)
   plan                   `distbench plan` calibrated on a small timed run, validated on the
-                         schedules run: its held-out MAPE (needs the CLI: nccl or nccl-shared)
+                         schedules run: its held-out step MAPE within PLAN_MAPE_MAX_PCT
   plan-layouts           (only with --checks plan-layouts) docs/plan.md's layout study, small, at
                          world 4 (timed workload): the collectives with two groups of 2 at once,
                          pp2, pp2 x dp2 and tp2's host cost (pp1 x tp2, world 2) calibrated, pp2 x
-                         tp2 held out; the held-out MAPE per layout, its comm source and host cost
+                         tp2 held out; the held-out pp2 x tp2 MAPE within PLAN_LAYOUTS_MAPE_MAX_PCT,
+                         its comm source and host cost
 
 A. Through the public command line (`python -m bench <kind> ...`, nccl, world min(2, GPUs)):
   collectives   all_reduce at 1 MiB and 64 MiB in the latency, throughput and nccl-tests modes:
-                rows timed on cuda with NVML values, each row's rank_reduce as documented (item 4)
+                rows timed on cuda with NVML values, each row's rank_reduce as documented
+  barrier       `collectives -c barrier`, latency and throughput: a row per mode, size 0, no
+                bandwidth, under BARRIER_MAX_S
   nccl-variant  native all_reduce with NCCL_ALGO=Ring: a probe launch with NCCL's TUNING log,
-                then a timed launch without NCCL_DEBUG (item 7); NCCL's choice where it logs one
-                (one rank: NCCL's one-rank path logs no choice, which the line says)
-  strategies    ddp, 6 timed steps, then dp: two cases in a row, each with its own memory peak
-  allreduce, pipeline  (two ranks only: on one GPU they are skipped and say so)
+                then a timed launch without NCCL_DEBUG; NCCL's choice where it logs one (one
+                rank: NCCL's one-rank path logs no choice: not run)
+  strategies    ddp, 6 timed steps, then dp (mlp-large): each case's per-GPU peak allocated
+                against its footprint estimate (bench/training/footprint.py) and ranks of one
+                role against each other (gpu_smoke_checks.peaks_verdict)
+  allreduce, pipeline  (two ranks only: on one GPU they are not run and say so)
+  collectives-full  suites/collectives-full.toml up to 1 MiB (two dtypes, sum, both placements
+                and modes): every case its dry run plans has a row, every sized row checked; last,
+                the longest step
 B. In-process on cuda:0 (each check in its own child process with a time limit):
   item 4  a CUDA latency sample excludes host dispatch: an op that spends 2 ms on the host before
           a ~0.2 ms kernel reads ~0.2 ms (an event on the idle stream would read >= 2 ms)
@@ -41,12 +52,13 @@ B. In-process on cuda:0 (each check in its own child process with a time limit):
           (our patched methods hold it weakly), and its CUDA memory is back once the harness's
           release between cases has run (torch's pipelining objects may wait for the collector)
   item 9  (>= 2 GPUs) the strategy clock spans the work of every device it drives
-  item 12 NVML: clock-event reasons, SM and application clocks, and the throttled flag computed
-          from them as docs/telemetry.md defines it
+  item 12 NVML: clock-event reasons read under load on the loaded GPU (no gpu_idle, a SM clock),
+          and the throttled flag and reasons as docs/telemetry.md defines them, from its samples
 
-Exit 0 when nothing failed (skips are not failures), 1 otherwise. Without CUDA it says so and
-exits 0; `--cpu` runs parts C and A on gloo host ranks (smaller sizes), which checks this script;
-`--checks a,b` runs only the checks named.
+Exit 0 when every check passed, 1 when one FAILED, 3 when none failed but some were not run
+(not proved: one GPU leaves the two-rank steps out, --cpu part B, a spent budget). Without CUDA
+it says so and exits 0; `--cpu` runs parts C and A on gloo host ranks (smaller sizes), which
+checks this script; `--checks a,b` runs only the checks named.
 Results go under results/gpu-smoke/ (or --out), away from the suites' own latest runs.
 """
 
@@ -68,10 +80,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))  # gpu_smoke_ranks, also when this file is imported (tests)
 
+import gpu_smoke_checks as V  # noqa: E402 - the verdicts of parts A and B (no torch, no pandas at import)
 import gpu_smoke_ranks as R  # noqa: E402 - stdlib only at import; the ranks' functions for part C
 
 STEP_TIMEOUT_S = 120
-TOTAL_BUDGET_S = 480  # issue 31: one H100 / H200 in 8 minutes; a check starts only with 30 s left
+TOTAL_BUDGET_S = 480  # one H100 / H200 in 8 minutes; a check starts only with 30 s left
 NVML_COLUMNS = ("gpu_util_max_pct", "gpu_mem_used_peak_bytes", "gpu_power_mean_w", "gpu_sm_clock_mean_mhz",
                 "gpu_temp_max_c", "gpu_energy_j", "throttled", "throttle_reasons")
 TIME_COLUMNS = ("time_median_s", "step_median_s")
@@ -111,19 +124,29 @@ def bench(*argv, timeout=STEP_TIMEOUT_S, env=None, transport=None):
     return run_child([sys.executable, *entry, *argv], timeout, env)
 
 
+BARRIER_MODES = ("latency", "throughput")
+
+
 def steps_for(backend: str, world: int, out: str, cpu: bool) -> list[dict]:
-    """The CLI steps: name, argv, whether it needs 2 ranks, whether it means anything on gloo."""
+    """Part A's checks, in order: name, argv, whether it needs 2 ranks, whether it means anything
+    on gloo (gpu_only), its own time limit (limit_s, else STEP_TIMEOUT_S), and whether its cases
+    are planned by a dry run first (dry_run). A check added here gets its verdict in check_rows."""
     common = ["--nproc", str(world), "--backend", backend, "--out", out, "--telemetry-interval-s", "0.05"]
     small, big = ("64K", "1M") if cpu else ("1M", "64M")
+    # on a GPU the footprint (1 GiB of parameters) dominates the peaks; on host ranks peaks are not judged
+    model = "mlp-small" if cpu else "mlp-large"
+    full = ["--dtype", "float32", "--sizes", "8,64K"] if cpu else ["--dtype", "float32,bfloat16", "--sizes", "8,64K,1M"]
     return [
         {"name": "collectives", "argv": ["collectives", "-c", "all_reduce", "--sizes", f"{small},{big}", "--dtype",
                                          "float32", "--op", "sum", "--mode", "latency,throughput,nccl-tests",
                                          "--budget-s", "0.1", "--check", "1", *common], "needs2": False},
+        {"name": "barrier", "argv": ["collectives", "-c", "barrier", "--mode", ",".join(BARRIER_MODES), "--budget-s", "0.05",
+                                     "--check", "1", *common], "needs2": False, "limit_s": 60},
         {"name": "nccl-variant", "argv": ["allreduce", "-a", "native", "--nccl-algo", "Ring", "--nccl-proto", "",
                                           "--sizes", "16M", "--dtype", "float32", "--op", "sum", "--budget-s", "0.1",
                                           "--check", "1", "--predict-worlds", "2", *common],
          "needs2": False, "gpu_only": True},
-        {"name": "strategies", "argv": ["strategies", "-s", "ddp,dp", "--model", "mlp-small", "--steps", "6",
+        {"name": "strategies", "argv": ["strategies", "-s", "ddp,dp", "--model", model, "--steps", "6",
                                         "--warmup", "1", "--check", "1", *common], "needs2": False},
         {"name": "allreduce", "argv": ["allreduce", "-a", "ring,native", "--sizes", "1M,16M", "--dtype", "float32",
                                        "--op", "sum", "--budget-s", "0.1", "--check", "1", "--nccl-algo", "",
@@ -131,17 +154,23 @@ def steps_for(backend: str, world: int, out: str, cpu: bool) -> list[dict]:
         {"name": "pipeline", "argv": ["pipeline", "--stages", "2", "--schedule", "gpipe", "--chunks", "4",
                                       "--steps", "6", "--warmup", "1", "--no-efficiency", "--backend", backend,
                                       "--out", out, "--telemetry-interval-s", "0.05"], "needs2": True},
+        # last: the longest step (about 150 cases), so a tight budget leaves it out before the others
+        {"name": "collectives-full", "argv": ["collectives", "--suite", "suites/collectives-full.toml", "-c", "all", *full,
+                                              "--op", "sum", "--placement", "out-of-place,in-place",
+                                              "--mode", "latency,throughput", "--budget-s", "0.01", "--warmup", "2",
+                                              "--iters", "5", "--check", "1", *common],
+         "needs2": False, "dry_run": True, "limit_s": 150},
     ]
 
 
-def check_rows(name: str, run, gpu: bool) -> tuple[list[str], list[str]]:
-    """(problems, facts verified) of a step's rows."""
+def check_rows(name: str, run, gpu: bool, planned: set | None = None) -> tuple[list[str], list[str], list[str]]:
+    """(problems, facts verified, not judged) of a step's rows (gpu_smoke_checks)."""
     import pandas as pd  # lazy: pandas (~0.6 s) only to check rows; the header stays stdlib so --help is instant
 
     res = run.tables.get("results")
     if res is None or res.empty:
-        return [f"{name}: no result rows"], []
-    problems, facts = [], [f"{len(res)} rows"]
+        return [f"{name}: no result rows"], [], []
+    problems, facts, unjudged = [], [f"{len(res)} rows"], []
     tcol = next((c for c in TIME_COLUMNS if c in res.columns), None)
     if tcol is None or not (pd.to_numeric(res[tcol], errors="coerce") > 0).all():
         problems.append(f"rows without a positive time ({tcol or 'no time column'})")
@@ -165,41 +194,51 @@ def check_rows(name: str, run, gpu: bool) -> tuple[list[str], list[str]]:
             problems.append(f"rank_reduce not as documented: {sorted(bad)}")
         elif got:
             facts.append("modes/rank_reduce " + ", ".join(f"{m}:{r}" for m, r in sorted(got)))
+    rows = res.to_dict("records")
+    verdict = None
     if name == "nccl-variant":
-        p, f = variant_checks(run)
-        problems, facts = problems + p, facts + f
-    if name == "strategies" and "peak_memory_bytes" in res.columns:
-        facts.append("peaks " + ", ".join(f"{s}={int(b) >> 20} MiB" for s, b in zip(res["strategy"], res["peak_memory_bytes"])
-                                          if b == b))
-    return problems, facts
+        verdict = variant_checks(run)
+    elif name == "strategies":
+        verdict = V.peaks_verdict(_table_rows(run, "strategy_ranks"), footprints(rows))
+    elif name == "barrier":
+        verdict = V.barrier_verdict(rows, list(BARRIER_MODES))
+    elif name == "collectives-full":
+        verdict = V.suite_verdict(planned or set(), rows)
+    if verdict is not None:
+        problems, facts, unjudged = problems + verdict[0], facts + verdict[1], unjudged + verdict[2]
+    return problems, facts, unjudged
 
 
-def variant_checks(run) -> tuple[list[str], list[str]]:
-    """Item 7: a probe launch logged (NCCL_DEBUG on) and the timed launch ran without NCCL_DEBUG."""
-    problems, facts = [], []
+def _table_rows(run, table: str) -> list[dict]:
+    df = run.tables.get(table)
+    return [] if df is None else df.to_dict("records")
+
+
+def footprints(rows: list[dict]) -> dict:
+    """{case_id: each rank's footprint estimate, bytes} of the strategies rows (without the
+    reference check: the peaks are the timed steps'), from bench.training.memory.rank_bytes."""
+    from bench.training.case import CaseSpec  # lazy: loads torch; only once a strategies run is read
+    from bench.training.memory import rank_bytes  # lazy: loads torch; only once a strategies run is read
+
+    out = {}
+    for r in rows:
+        composed = "+" in r["strategy"]  # a composed layout: its own degrees (bench.training.case.CaseSpec)
+        case = CaseSpec(strategy=r["strategy"], model=r["model"], world=int(r["world"]), batch=int(r["batch"]),
+                        chunks=int(r.get("chunks") or 1), schedule=r.get("schedule") or "",
+                        **({"tp": int(r["tp_degree"]), "dp": int(r["dp_degree"]), "fsdp": int(r["fsdp_degree"])}
+                           if composed else {}))
+        out[r["case_id"]] = rank_bytes(case, check=False)
+    return out
+
+
+def variant_checks(run) -> tuple[list[str], list[str], list[str]]:
+    """The nccl-variant step's run, read for gpu_smoke_checks.variant_verdict."""
     res = run.tables["results"]
     envs = [json.loads(e) for e in res["nccl_env"]] if "nccl_env" in res.columns else []
-    if any("NCCL_DEBUG" in e for e in envs) and "NCCL_DEBUG" not in os.environ:
-        problems.append("a timed row ran with NCCL_DEBUG set")
-    elif envs:
-        facts.append("timed rows without NCCL_DEBUG (" + ", ".join(sorted({e.get('NCCL_ALGO', '-') for e in envs})) + ")")
-    probes = [k for k in run.meta.get("launches", {}) if k.endswith(":probe")]
     logs = list((Path(run.dir) / "nccl").glob("*/*.log")) if getattr(run, "dir", None) else []
-    if not probes:
-        problems.append("no probe launch in meta.json")
-    else:
-        facts.append(f"probe launch {probes[0]} wrote {len(logs)} NCCL log file(s)")
-    tun = run.tables.get("nccl_tuning")
-    if tun is None or tun.empty:
-        facts.append("no TUNING line (one rank: NCCL's one-rank path chooses no algorithm)"
-                     if int(res["world"].iloc[0]) == 1 else "no TUNING line: NCCL's choice NOT verified")
-    else:
-        for _, t in tun.iterrows():
-            ok = bool(t["matches_asked"])
-            (facts if ok else problems).append(f"asked {t['variant']}, NCCL chose {t['algorithm_chosen']}/"
-                                               f"{t['protocol_chosen']} at {int(t['size_bytes'])} B"
-                                               + ("" if ok else ": FALLBACK"))
-    return problems, facts
+    return V.variant_verdict(envs=envs, probes=[k for k in run.meta.get("launches", {}) if k.endswith(":probe")],
+                             logs=len(logs), tuning=_table_rows(run, "nccl_tuning"), world=int(res["world"].iloc[0]),
+                             debug_in_env="NCCL_DEBUG" in os.environ)
 
 
 def run_step(step: dict, gpu: bool, limit_s: float = STEP_TIMEOUT_S):
@@ -207,22 +246,28 @@ def run_step(step: dict, gpu: bool, limit_s: float = STEP_TIMEOUT_S):
 
     print(f"\n## {step['name']}: python -m bench {' '.join(step['argv'])}", flush=True)
     t0 = time.perf_counter()
+    planned = None
     try:
-        p = bench(*step["argv"], env=step.get("env"), timeout=limit_s)
+        if step.get("dry_run"):  # what the product plans for these options: the cases the run must have
+            d = bench(*step["argv"], "--dry-run", env=step.get("env"), timeout=min(60, limit_s))
+            if d.returncode != 0:
+                return report(V.FAILED, step["name"], f"the dry run exited {d.returncode}: "
+                                                      f"{(d.stderr.strip().splitlines() or ['?'])[-1]}")
+            planned = V.planned_cases(d.stdout)
+        p = bench(*step["argv"], env=step.get("env"), timeout=max(1.0, limit_s - (time.perf_counter() - t0)))
     except subprocess.TimeoutExpired:
-        return report("FAILED", step["name"], f"did not finish in {limit_s:.0f} s")
+        return report(V.FAILED, step["name"], f"did not finish in {limit_s:.0f} s")
     took = time.perf_counter() - t0
     if p.returncode == 2:  # the CLI refused our options: a failure, never a skip
         msg = (p.stderr.strip().splitlines() or ["?"])[-1]
-        return report("FAILED", step["name"], f"the CLI refused the options (exit 2): {msg}")
+        return report(V.FAILED, step["name"], f"the CLI refused the options (exit 2): {msg}")
     dirs = re.findall(r"^# results: (.+)$", p.stdout, flags=re.M)
     if p.returncode != 0 or not dirs:
         print("\n".join((p.stdout + p.stderr).strip().splitlines()[-15:]))
-        return report("FAILED", step["name"], f"exit {p.returncode}" + ("" if dirs else ", no results directory"))
+        return report(V.FAILED, step["name"], f"exit {p.returncode}" + ("" if dirs else ", no results directory"))
     run = load_run(dirs[-1])
-    problems, facts = check_rows(step["name"], run, gpu)
-    line = f"{'; '.join(problems + facts)} ({took:.0f} s, {dirs[-1]})"
-    report("FAILED" if problems else "ok", step["name"], line)
+    problems, facts, unjudged = check_rows(step["name"], run, gpu, planned)
+    report(V.status_of(problems, unjudged), step["name"], f"{V.line_of(problems, facts, unjudged)} ({took:.0f} s, {dirs[-1]})")
     for lb in summary_lines(step["name"], run, gpu):
         print(f"#   {lb}")
 
@@ -385,7 +430,7 @@ def check_clock_all_devices(torch):
     from bench.training.base import Clock  # lazy: part B's child only: loads torch
 
     if torch.cuda.device_count() < 2:
-        return report("skipped", "item 9 clock on every device", "needs 2 GPUs (faked only: tests/test_cuda_waits.py)")
+        return report(V.NOT_RUN, "item 9 clock on every device", "needs 2 GPUs (faked only: tests/test_cuda_waits.py)")
     devs = [torch.device("cuda", 0), torch.device("cuda", 1)]
     cycles = int(_cycles_per_s(torch) * 5e-3)
     clock = Clock(devs[0], devs)
@@ -402,12 +447,12 @@ def check_clock_all_devices(torch):
 
 def check_throttle(torch):
     from bench.telemetry import nvml  # lazy: part B's child only: loads torch
-    from bench.telemetry.summary import reason_names, summarize  # lazy: part B's child only: loads torch
+    from bench.telemetry.summary import summarize  # lazy: part B's child only
 
     try:
-        import pynvml  # lazy: optional package (nvidia-ml-py): its absence is a skip
+        import pynvml  # lazy: optional package (nvidia-ml-py): its absence means the check cannot run
     except ImportError:
-        return report("skipped", "item 12 throttle flag", "pynvml (nvidia-ml-py) not installed")
+        return report(V.NOT_RUN, "item 12 throttle flag", "pynvml (nvidia-ml-py) not installed")
     pynvml.nvmlInit()
     try:
         props = torch.cuda.get_device_properties(0)
@@ -417,37 +462,33 @@ def check_throttle(torch):
         h = next((x for x in handles if uuid and uuid.replace("GPU-", "") in str(pynvml.nvmlDeviceGetUUID(x))),
                  handles[0])
         probe = nvml.GpuProbe(pynvml, h, "gpu0", pids={os.getpid()})
-        out = []
+        out, loaded = [], set()
         x = torch.randn(8192, 8192, device="cuda")
-        for k in range(5):  # a little load, then read
+        for k in range(5):  # queue ~20 large matmuls, read while they run, then wait
             for _ in range(20):
                 x = x @ x / 8192
-            torch.cuda.synchronize()
             probe.read(float(k), out)
-        vals = {m: v for _t, _u, _r, _c, m, v in out}
+            if k:  # utilization is a trailing average: from the second read the GPU has been busy
+                loaded.add(float(k))
+            torch.cuda.synchronize()
         node = {"host": "h", "node_rank": 0, "gpus": ["gpu0"], "gpu_status": "", "ticks": 5, "samples": out,
                 "missing": {("gpu0", m): w for m, w in probe.missing.items()}}
-        s = summarize([node], 0, 1, 0.1)
+        s = summarize([node], 0, 5, 1.0)
     finally:
         pynvml.nvmlShutdown()
-    if "clock_event_reasons" not in vals:
-        return report("FAILED", "item 12 throttle flag", f"clock-event reasons not read: {probe.missing}")
-    mask = int(vals["clock_event_reasons"])
-    app = vals.get("app_sm_clock_mhz")
-    want = nvml.throttled(mask, vals.get("sm_clock_mhz"), app)
-    report("ok", "item 12 throttle flag",
-           f"reasons {reason_names(mask) or ['none']} (0x{mask:x}), SM {_f(vals.get('sm_clock_mhz'))} MHz, "
-           f"application clock {_f(app) if app is not None else 'not read: ' + probe.missing.get('app_sm_clock_mhz', '?')}"
-           f" MHz; last sample throttled={want}; case throttled={s['throttled']} ({s['throttle_reasons']})")
+    problems, facts, unjudged = V.throttle_verdict(out, loaded, s, probe.missing)
+    report(V.status_of(problems, unjudged), "item 12 throttle flag", V.line_of(problems, facts, unjudged))
 
 
+# Part B's checks, in order (name -> check(torch), each run in its own process): a check added
+# here reports one `# gpu-smoke:` line with its verdict from gpu_smoke_checks.
 PART_B = {"latency": lambda t: check_latency_excludes_dispatch(t), "case-memory": lambda t: check_case_memory(t),
           "clock": lambda t: check_clock_all_devices(t), "throttle": lambda t: check_throttle(t),
           "pipeline-freed": lambda t: check_pipeline_freed(t)}
 PART_B_TIMEOUT_S = 120
 
 
-# ---- part C: several ranks on one device (issue 31 items 1-4; tools/gpu_smoke_ranks.py) ---------
+# ---- part C: several ranks on one device (tools/gpu_smoke_ranks.py) ----------------------------
 
 def nccl_version(torch) -> tuple | None:
     """NCCL's version as (major, minor, patch); torch.cuda.nccl.version() is a tuple on recent
@@ -600,7 +641,7 @@ def c_plan(args, torch):
     """`distbench plan` calibrated on a small timed-workload run and validated on the schedules run."""
     t = R.transport_by_name(args.transport)
     if not args.validate_run:
-        return report("skipped", "plan", "no schedules run to validate on (the item 3 check left none)")
+        return report(V.NOT_RUN, "plan", "no schedules run to validate on (the item 3 check left none)")
     cal, _ = _cli_run(plan_calibrate_argv(t, args.out), t, PART_C_LIMIT_S["plan"] - 40)
     print(f"## plan calibrated on {cal}", flush=True)
     text = _plan("plan", [cal, "--validate", args.validate_run, "--stages", "2", "--out", args.out], 25)
@@ -707,7 +748,7 @@ def run_checked_child(name: str, argv: list, limit_s: float | None, budget: Budg
     """A check in its own process (and session) with a time limit; its result lines re-reported,
     its '#   ' detail lines printed. Returns its stdout."""
     if limit_s is None:
-        report("skipped", name, f"the smoke test's {budget.total_s:.0f} s budget is spent")
+        report(V.NOT_RUN, name, f"the smoke test's {budget.total_s:.0f} s budget is spent")
         return ""
     try:
         p = run_child([sys.executable, __file__, *argv], limit_s)
@@ -716,7 +757,7 @@ def run_checked_child(name: str, argv: list, limit_s: float | None, budget: Budg
         return ""
     for x in re.findall(r"^(#   .*|## .*)$", p.stdout, flags=re.M):
         print(x)
-    lines = re.findall(r"^# gpu-smoke: (ok|FAILED|skipped) ([^:]+): (.*)$", p.stdout, flags=re.M)
+    lines = re.findall(rf"^# gpu-smoke: ({'|'.join(V.STATUSES)}) ([^:]+): (.*)$", p.stdout, flags=re.M)
     for status, check, line in lines:
         report(status, check, line)
     if not lines:
@@ -736,7 +777,9 @@ def part_b(budget: Budget, names=None):
 def part_c(transports: dict, out: str, budget: Budget, names=None):
     """Several ranks on one device, each check in its own process and session with its limit."""
     p2p = transports["p2p"]
-    report("ok", "transport", f"{p2p.describe()}: {p2p.why}; world 4: {transports.get('many', p2p).name}")
+    # what part C runs on, and why: a fact, not a check (it counts neither way in the summary)
+    print(f"# gpu-smoke-info: transport: {p2p.describe()}: {p2p.why}; world 4: {transports.get('many', p2p).name}",
+          flush=True)
     validate_run = None
     for name in PART_C:
         if (name not in names) if names is not None else name in OPT_IN:
@@ -755,19 +798,20 @@ def part_a(backend: str, world: int, out: str, cpu: bool, gpu: bool, budget: Bud
         if names is not None and step["name"] not in names:
             continue
         if step.get("gpu_only") and not gpu:
-            continue  # NCCL_ALGO means nothing to gloo
-        if step["needs2"] and world < 2:
-            report("skipped", step["name"], "needs 2 GPUs (at world 1 it would time no communication)")
+            report(V.NOT_RUN, step["name"], "needs CUDA and NCCL (--cpu: NCCL_ALGO means nothing to gloo)")
             continue
-        limit = budget.limit(STEP_TIMEOUT_S)
+        if step["needs2"] and world < 2:
+            report(V.NOT_RUN, step["name"], "needs 2 GPUs (at world 1 it would time no communication)")
+            continue
+        limit = budget.limit(step.get("limit_s", STEP_TIMEOUT_S))
         if limit is None:
-            report("skipped", step["name"], f"the smoke test's {budget.total_s:.0f} s budget is spent")
+            report(V.NOT_RUN, step["name"], f"the smoke test's {budget.total_s:.0f} s budget is spent")
             continue
         try:
             run_step(step, gpu, limit)
         except Exception as e:  # noqa: BLE001 - one step's failure never stops the others
             traceback.print_exc(limit=3)
-            report("FAILED", step["name"], f"{type(e).__name__}: {e}")
+            report(V.FAILED, step["name"], f"{type(e).__name__}: {e}")
 
 
 def main(argv=None) -> int:
@@ -812,15 +856,18 @@ def main(argv=None) -> int:
     part_c(transports, args.out, budget, names)
     print("\n## part A: the command line", flush=True)
     part_a(backend, world, args.out, args.cpu, gpu, budget, names)
+    print("\n## part B: in-process checks on cuda:0 (each in its own process)", flush=True)
     if gpu:
-        print("\n## part B: in-process checks on cuda:0 (each in its own process)", flush=True)
         part_b(budget, names)
+    else:
+        for name in (n for n in PART_B if names is None or n in names):
+            report(V.NOT_RUN, name, "needs CUDA (--cpu)")
     print(f"\n# gpu-smoke summary ({time.monotonic() - budget.t0:.0f} s of {budget.total_s:.0f})")
     for status, check, line in RESULTS:
         print(f"#   {status:<7} {check}: {line}")
-    failed = [c for s, c, _ in RESULTS if s == "FAILED"]
-    print("# gpu-smoke: " + (f"FAILED: {', '.join(failed)}" if failed else "all checks ok or skipped"))
-    return 1 if failed else 0
+    last, code = V.outcome(RESULTS)
+    print(f"# gpu-smoke: {last}")
+    return code
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Part C of `make gpu-smoke` (tools/gpu_smoke.py): several ranks on one device.
 
-Issue 31 items 1-4 need more than one rank on a real GPU. One GPU can host several ranks when the
-backend allows it:
+The latency loop's agreement, per-case memory, the schedules' bubbles and the live process groups
+need more than one rank on a real GPU. One GPU can host several ranks when the backend allows it:
   nccl          one GPU per rank (>= 2 GPUs): the product's own path, through the CLI
   nccl-shared   NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1: ranks share cuda:0, through the CLI
                 (NCCL before 2.30 refuses two ranks on one GPU at communicator init)
@@ -29,7 +29,13 @@ import re
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-BUBBLE_POINTS = 2.0  # issue 31 item 3: measured bubble within 2 points (percentage points) of the exact one
+BUBBLE_POINTS = 2.0  # measured bubble within 2 points (percentage points) of the exact one
+# The planner's held-out step error on the timed workload (every action's time known), judged:
+# docs/plan.md measured 0.2% for one layout and 1.1% across layouts on 2 CPU cores, and this
+# check's small layout study 9.1% there (docs/measurements/2026-12-07-plan-host-cost.md). A MAPE
+# above these limits is a model or a measurement gone wrong, not launch-to-launch noise.
+PLAN_MAPE_MAX_PCT = 10.0
+PLAN_LAYOUTS_MAPE_MAX_PCT = 15.0
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs", "interleaved_zb", "zbv", "dualpipev")
 MiB = 1 << 20
 
@@ -128,10 +134,10 @@ def memory_verdict(mems: dict, check_bytes: int, labels: list[str]) -> tuple[str
     and reserved alike (the caching allocator kept the check's freed blocks reserved before the
     fix): the check's allocations (reference model, its gradients and the gathered global batch,
     check_bytes at least) are not in the measured peak; a quarter of check_bytes is allowed for
-    the allocator's rounding. Host ranks: no allocator figures, skipped."""
+    the allocator's rounding. Host ranks: no allocator figures, not run."""
     if any(m["memory_kind"] != "cuda" for ms in mems.values() for m in ms):
         rss = max(m["host_peak_rss_bytes"] for ms in mems.values() for m in ms)
-        return "skipped", f"host ranks: no allocator peaks (host peak RSS {rss // MiB} MiB); needs CUDA"
+        return "not run", f"host ranks: no allocator peaks (host peak RSS {rss // MiB} MiB); needs CUDA"
     problems = []
     for r, ms in sorted(mems.items()):
         for lab, m in zip(labels, ms):
@@ -186,13 +192,15 @@ def bubble_verdict(rows: list[dict], label: str) -> tuple[str, str, list[str]]:
 
 def plan_verdict(stdout: str) -> tuple[str, str]:
     """`distbench plan CAL --validate VAL`: the held-out step MAPE (and peak memory MAPE) it prints
-    first (its line 'step time MAPE 1.2%  peak memory MAPE 0.9%  ...', over every held-out case)."""
+    first (its line 'step time MAPE 1.2%  peak memory MAPE 0.9%  ...', over every held-out case),
+    the step MAPE within PLAN_MAPE_MAX_PCT."""
     steps = re.findall(r"step (?:time )?MAPE\s+([0-9.]+)%", stdout, flags=re.I)
     mems = re.findall(r"peak memory MAPE\s+([0-9.]+)%", stdout, flags=re.I)
     if not steps:
         return "FAILED", "plan printed no held-out step MAPE"
-    return "ok", (f"held-out step MAPE {steps[0]}%" + (f", peak memory MAPE {mems[0]}%" if mems else "")
-                  + " (a prediction error, printed; not judged)")
+    ok = float(steps[0]) <= PLAN_MAPE_MAX_PCT
+    return ("ok" if ok else "FAILED"), (f"held-out step MAPE {steps[0]}%" + (f", peak memory MAPE {mems[0]}%" if mems else "")
+                                        + f" ({'within' if ok else 'ABOVE'} {PLAN_MAPE_MAX_PCT:g}%)")
 
 
 def plan_layouts_verdict(stdout: str) -> tuple[str, str]:
@@ -202,7 +210,9 @@ def plan_layouts_verdict(stdout: str) -> tuple[str, str]:
                     stdout, flags=re.M)
     if not per:
         return "FAILED", "plan printed no held-out pp2 tp2 step MAPE"
-    return "ok", f"held-out pp2 x tp2 step MAPE {per.group(1)}%, comm from {per.group(2)} (a prediction error, printed; not judged)"
+    ok = float(per.group(1)) <= PLAN_LAYOUTS_MAPE_MAX_PCT
+    return ("ok" if ok else "FAILED"), (f"held-out pp2 x tp2 step MAPE {per.group(1)}%, comm from {per.group(2)} "
+                                        f"({'within' if ok else 'ABOVE'} {PLAN_LAYOUTS_MAPE_MAX_PCT:g}%)")
 
 
 # ---- staged point-to-point (gloo with CUDA tensors) -------------------------------------------
