@@ -84,6 +84,7 @@ class Telemetry:
         if self.interval_s <= 0:
             raise ValueError(f"telemetry_interval_s must be > 0, got {self.interval_s}")
         self.meter = energy.Meter(nvml_module, use_nvml, clock=energy_clock)
+        self.meter.gpus([info.device])  # NVML loaded and this rank's GPU found now, not inside a case
         me = {"rank": info.rank, "local_rank": info.local_rank, "node_rank": info.node_rank,
               "host": socket.gethostname(), "pid": os.getpid(), "cuda": nvml.cuda_identity(info.device)}
         peers = _all_gather(me)
