@@ -7,5 +7,6 @@ from bench.allreduce.kind import KIND as ALLREDUCE  # noqa: F401
 from bench.pipeline.kind import KIND as PIPELINE  # noqa: F401
 from bench.strategies.kind import KIND as STRATEGIES  # noqa: F401
 from bench.doctor.kind import KIND as DOCTOR  # noqa: F401
+from bench.overlap.kind import KIND as OVERLAP  # noqa: F401
 # isort: on
 from bench.kind import KINDS, render_run  # noqa: F401  (the registry, filled; render_run for older callers)

@@ -54,6 +54,7 @@ VOCABULARY = {
     "-b": "sweep start",
     "--min-bytes": "sweep start",
     "--warmup": "warm-up",
+    "--reps": "timed repetitions",
     "--check": "correctness check",
     "--model": "model",
     "--schedule": "schedule",

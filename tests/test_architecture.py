@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 BENCH = ROOT / "bench"
-KIND_PACKAGES = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.pipeline", "bench.kinds")
+KIND_PACKAGES = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.pipeline", "bench.overlap", "bench.kinds")
 # Modules that must not import a kind: the launch package, timing, the store (its readers --
 # results/cli.py, compare, gate, baseline -- may import more) and the shared vocabulary.
 KIND_FREE = ("bench.distributed", "bench.timing", "bench.results.store", "bench.results.schema",
@@ -170,7 +170,7 @@ def test_every_import_inside_a_function_says_why_it_is_lazy():
 # ---------------------------------------------------------------------------------------------
 # Issue 19: the Kind is a closed plug. Generic code asks the registry and never names a kind.
 
-KIND_DIRS = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.pipeline", "bench.doctor")
+KIND_DIRS = ("bench.collectives", "bench.allreduce", "bench.strategies", "bench.pipeline", "bench.doctor", "bench.overlap")
 REGISTRY_MODULE = "bench.kinds"  # the one module that lists the kinds
 # The readers of other tools' output (nccl-tests, rccl-tests, PARAM, traces): a room of their own that
 # stores runs of the collectives kind, so it may name that kind and import its definitions, no other.
