@@ -166,7 +166,8 @@ def measure(unit: Unit, launch) -> dict:
             **launch.base_row(), "nccl_env": env, **key, "collective": "all_reduce", "algorithm": case.algorithm,
             "variant": case.variant, "chunk_bytes": case.chunk_bytes, "count": ctx.count, "dtype": case.dtype,
             "op": case.op, "root": -1, "mode": case.mode, "blocking": True, "warmup_iters": loop.warmup, "iters": res.ops,
-            "warmup_op_s": warm, **cols, "checks": cfg.check, "wrong": wrong, "model_steps": float(a),
+            "warmup_op_s": warm, "latency_hold": res.hold,
+            "samples_with_dispatch": res.dispatch_in if res.hold else None, **cols, "checks": cfg.check, "wrong": wrong, "model_steps": float(a),
             "model_bytes_factor": float(b), "messages": alg.messages(info.world, ctx.count, plan_.chunk_numel),
             "profile_trace": trace, **tc.summary,
         })

@@ -122,7 +122,8 @@ def measure(unit: Unit, launch) -> dict:
         with launch.tel.case(case.case_id, size_bytes=size, placement=placement) as tc:
             span = TimedSpan(tc.energy, lambda a: coll.call(ctx, bufs, a), comm.reduce_max, [info.device])
             res = timed_loop(span.op, spec=loop, device=info.device,
-                             barrier=comm.barrier, agree_max=span.agree_max, case=case.case_id, size_bytes=size)
+                             barrier=comm.barrier, agree_max=span.agree_max, case=case.case_id, size_bytes=size,
+                             blocks_host=coll.wait_blocks_host(ctx))
             span.stop(bus_bytes_per_op=size * coll.bus_factor(n) * info.world)
         trace = None
         if size_profiled(cfg.profile, size):  # after the timed loop, outside it: timings unchanged
@@ -145,7 +146,8 @@ def measure(unit: Unit, launch) -> dict:
             **launch.base_row(), **key, "collective": case.collective, "algorithm": "native", "count": ctx.count,
             "group_size": n, "groups": info.world // n,
             "dtype": case.dtype, "op": case.op, "root": case.root, "mode": case.mode, "blocking": loop.blocking, "warmup_iters": loop.warmup,
-            "iters": res.ops, "warmup_op_s": warm, **cols, "checks": cfg.check if coll.sized else 0, "wrong": wrong,
+            "iters": res.ops, "warmup_op_s": warm, "latency_hold": res.hold,
+            "samples_with_dispatch": res.dispatch_in if res.hold else None, **cols, "checks": cfg.check if coll.sized else 0, "wrong": wrong,
             "profile_trace": trace, **tc.summary,
         })
         tables["ranks"] += ranks

@@ -24,6 +24,9 @@ STRATEGY = {
     "comm_share": "float64",  # (exposed_comm_s + exposed_comm_est_s where known) / step_median_s
     "stages": "int64",  # pipeline stages in all (ranks x stages per rank)
     "steps": "int64",  # timed steps
+    "spin_intended_s": "float64",  # timed workload on CUDA: seconds its spins were meant to take in the timed steps, summed over ranks
+    "spin_measured_s": "float64",  # ... what CUDA events around each spin measured, summed over ranks (bench/workloads/spin.py)
+    "spin_drift": "float64",  # the worst rank's measured / intended - 1; beyond 5% the row is degraded (the SM clock moved)
     "step_median_s": "float64",  # step wall: earliest start to latest end over ranks
     "step_p5_s": "float64",
     "step_p25_s": "float64",

@@ -28,7 +28,7 @@ from bench.timing.stats import summarize
 from bench.timing.timers import sync
 from bench.training.case import CaseSpec
 from bench.training.pp import validate
-from bench.workloads import Batches, build_model, get_spec, loss_fn
+from bench.workloads import Batches, build_model, get_spec, loss_fn, spin
 from bench.workloads.models import param_count, split_pieces
 
 _ACTION = {"bwd": "B", "bwd_input": "I", "bwd_weight": "W"}  # span kind -> replay action kind
@@ -140,14 +140,15 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None, energy=None) -> 
         host_reset = all([reset_peak(d) for d in devices])
         if energy is not None:  # the timed steps' energy span (bench.telemetry.energy): every device it drives
             energy.start(devices)
-        recs = _timed_steps(trainer, comm, cfg.steps)
+        with spin.case_spins(devices, spec.times_known) as spins:  # the spin follows the clock (bench.workloads.spin)
+            recs = _timed_steps(trainer, comm, cfg.steps)
         if energy is not None:
             energy.stop(steps=cfg.steps, samples=cfg.steps * case.batch)  # batch: global, samples per step
         mem = max((read_peak(d, host_reset) for d in devices), key=peak_bytes)  # max over the devices it drives
         solo = _solo_s(trainer, cfg.steps)
         loss = trainer.loss()
         trace = _profile(trainer, comm, case, run_dir) if getattr(cfg, "profile", 0) and run_dir is not None else None
-        mine = {"recs": recs, "mem": mem, "solo_s": solo, "role": trainer.role, "degraded": trainer.degraded,
+        mine = {"recs": recs, "mem": mem, "solo_s": solo, "spin": spins, "role": trainer.role, "degraded": trainer.degraded,
                 "devices": trainer.devices, "comm_in_compute": trainer.comm_in_compute,
                 "order": trainer.pipeline_order() if _pipelined(case) and info.rank == 0 else None,
                 "params": param_count(build_model(spec, cfg.seed)) if info.rank == 0 else 0}
@@ -285,6 +286,8 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
         degraded = with_note(degraded, CUDA_WAITS_UNVERIFIED)
     if _pipelined(case) and nodes > 1:
         degraded = with_note(degraded, MULTI_NODE_ALIGNED)
+    spin_cols, drifted = spin.columns([f.get("spin") for f in facts])
+    degraded = with_note(degraded, drifted)
     mean = lambda n: float(np.mean([x[n] for x in ranks]))  # noqa: E731
     dims = case.dims
     row = {**base_row, "case_id": case.case_id, "world": world, "degraded": degraded, "strategy": case.strategy,
@@ -294,7 +297,7 @@ def build_tables(case: CaseSpec, res: dict, base_row: dict, hosts: list[str], no
            "chunks": case.chunks, "schedule": case.schedule, "checkpoint": case.checkpoint, "batch": case.batch,
            "micro_batch": case.samples_per_micro_batch, "sweep_mode": case.sweep_mode,
            "balance": ",".join(map(str, case.balance)), "bucket_cap_mb": case.bucket_cap_mb,
-           "steps": st.n, **st.columns("step_"), "samples_per_s": sps, "samples_per_s_per_device": sps / devices,
+           "steps": st.n, **st.columns("step_"), **spin_cols, "samples_per_s": sps, "samples_per_s_per_device": sps / devices,
            "tokens_per_s": tps if spec.family == "gpt" else float("nan"),
            "tokens_per_s_per_device": tps / devices if spec.family == "gpt" else float("nan"),
            "fwd_s": mean("fwd_s"), "bwd_s": mean("bwd_s"), "recompute_s": mean("recompute_s"),
