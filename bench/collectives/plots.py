@@ -149,7 +149,7 @@ _PEER_KEYS = ("collective", "world", "dtype", "placement", "size_bytes")  # the 
 # ... measured by the same definition on the same machine: only then is a ratio a comparison. A
 # latency-mode row (one op per sample, max over ranks) against nccl-tests' back-to-back average
 # reads low by design; another GPU model, or the same one across nodes, measures something else.
-_DEFINITION = ("mode", "rank_reduce", "blocking", "op", "_machine")
+_DEFINITION = ("mode", "rank_reduce", "blocking", "op", "tool_options", "_machine")  # tool_options: an import's -z/-G/-C
 
 
 def machine_of(meta: dict) -> str:

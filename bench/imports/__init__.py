@@ -8,7 +8,8 @@ version, its command line, each file) and what each stored column means for that
 tools do not define time the way distbench does (docs/schema.md, "Imported runs").
 
 What a file cannot give (raw samples, per-rank times, telemetry) stays absent: no samples or
-ranks table, null columns. Every path problem is one BenchError naming the path.
+ranks table, null columns; nccl-tests' -J file of a run with -I 1 holds raw per-iteration times,
+stored as the samples table. Every path problem is one BenchError naming the path.
 """
 
 import os
@@ -44,6 +45,19 @@ class Parsed:
     device_type: str = "cuda"  # cpu: a gloo job's records (bench.imports.injob)
     nccl_version: str = ""
     notes: list[str] = field(default_factory=list)  # cut off, unparsed lines, columns left null
+    options: dict = field(default_factory=dict)  # the tool's options and where each was read (source.files[])
+    failure: str = ""  # a run that printed every size and then reported failure: its line
+    failed: list[str] = field(default_factory=list)  # the tool's own checks that failed (footer, failure line)
+    samples: list[dict] = field(default_factory=list)  # raw per-iteration times (the samples table), when given
+    stamps: dict | None = None  # when the rows were measured, where the tool printed it
+
+    def check_failed(self) -> list[str]:
+        """Why this run's results are not right by the tool's own check ([] when they are): wrong
+        elements, rows the tool judged wrong, its footer or a failure line after the last size."""
+        wrong = sum(int(r["wrong"] or 0) for r in self.rows)
+        judged = sum(str(r.get("degraded") or "").startswith("wrong results") for r in self.rows)
+        return ([f"{wrong} wrong element(s)"] if wrong else []) + (
+            [f"{judged} row(s) wrong by the tool's own check"] if judged else []) + self.failed
 
 
 def read_input(path) -> str:
@@ -127,6 +141,8 @@ def store(parsed: list[Parsed], *, tool: str, definitions: dict, out, suite: str
             la["ranks"] = [_rank_entry(p, i) for i in range(p.world or 0)]
         la["wrong"] += sum(int(r["wrong"] or 0) for r in p.rows)
         la["notes"] += [f"{p.file}: {n}" for n in p.notes]
+        if p.check_failed():
+            la.setdefault("checks_failed", []).extend(f"{p.file}: {c}" for c in p.check_failed())
     versions = list(dict.fromkeys(p.version for p in parsed if p.version))
     commands = list(dict.fromkeys(p.command for p in parsed if p.command))
     ncclv = list(dict.fromkeys(p.nccl_version for p in parsed if p.nccl_version))
@@ -134,7 +150,9 @@ def store(parsed: list[Parsed], *, tool: str, definitions: dict, out, suite: str
         "tool": tool, "version": "; ".join(versions) or "unknown (the file does not say)",
         "command": "; ".join(commands), "nccl_version": "; ".join(ncclv), "imported_utc": now,
         "files": [{"path": str(Path(p.file).resolve()), "format": p.format, "version": p.version,
-                   "command": p.command, "world": p.world, "rows": len(p.rows), "notes": p.notes} for p in parsed],
+                   "command": p.command, "world": p.world, "rows": len(p.rows), "notes": p.notes,
+                   "options": p.options, "failure": p.failure, "checks_failed": p.check_failed(),
+                   "samples": len(p.samples), **({"timestamps": p.stamps} if p.stamps else {})} for p in parsed],
         "definitions": definitions,
     }
     argv = list(argv) if argv is not None else ["distbench", "import", tool, *[p.file for p in parsed]]
@@ -151,5 +169,8 @@ def store(parsed: list[Parsed], *, tool: str, definitions: dict, out, suite: str
               "threads_per_rank": None, "oversubscribed": False, "degraded": ""}
     df = pd.DataFrame([{**common, **r, "nodes": launches[str(r["world"])]["nodes"]} for r in rows])
     write_parquet(conform(df, "results"), rd.path / "results.parquet")
+    samples = [{"run_id": run_id, **x} for p in parsed for x in p.samples]
+    if samples:
+        write_parquet(conform(pd.DataFrame(samples), "samples"), rd.path / "samples.parquet")
     write_json(meta, rd.meta_path)
     return rd.path

@@ -1,5 +1,8 @@
 """`distbench import nccl-tests FILE...` and `distbench import param FILE...`: other tools' results
-become one stored run of the collectives kind (bench.imports)."""
+become one stored run of the collectives kind (bench.imports). Exit 0; 1 when a file's own check
+failed (wrong elements, nccl-tests' out-of-bounds footer or a failure line after its last size:
+the run is imported and flagged, as a distbench run that found wrong results exits 1); 2 and
+nothing written for bad input."""
 
 import re
 import sys
@@ -51,4 +54,8 @@ def cmd_import(args) -> int:
         for n in p.notes:
             print(f"distbench: note: {p.file}: {n}", file=sys.stderr)
     print(f"# imported {rows} row(s) of {len(parsed)} run(s) from {len(args.files)} {mod.TOOL} file(s): {path}")
-    return 0
+    failed = [(p.file, p.check_failed()) for p in parsed if p.check_failed()]
+    for f, why in failed:
+        print(f"distbench: {f}: {mod.TOOL}'s own check failed ({'; '.join(why)}): the results were imported, "
+              "flagged wrong", file=sys.stderr)
+    return 1 if failed else 0  # as a distbench run that found wrong results

@@ -1,12 +1,19 @@
-"""nccl-tests' `-J FILE.json` output (jsonOutputInit .. jsonOutputFinalize, JSON_FILE_VERSION 3) ->
-distbench rows; a file cut off mid-run keeps its complete result objects."""
+"""nccl-tests' `-J FILE.json` output (src/util.cu jsonOutputInit .. jsonOutputFinalize, JSON_FILE_VERSION
+3, at NVIDIA/nccl-tests a0b82b2) -> distbench rows; a file cut off mid-run keeps its complete result
+objects. The options come from `args` (the program's argv) and `config` (graph, aggregated_iterations,
+per_iter_timing, blocking_collectives: a bool, so -z's value only from args); with -I 1 each result
+carries `out_of_place_per_iter` / `in_place_per_iter` {skipped_iterations, min_us .. cv_pct, times_us:
+[every iteration], per_process_max_times_us} (writePerIterReport): times_us become the samples table."""
 
 import json
 import re
 import shlex
+from pathlib import Path
 
 from bench.imports import Parsed, result_row
-from bench.imports.nccl_names import OPS, TYPES, average_of, collective_of, nccl_version_text
+from bench.imports.nccl_names import OPS, PROGRAMS, TYPES, collective_of, nccl_version_text
+from bench.imports.nccl_options import Options, from_argv
+from bench.imports.nccl_world import check
 from bench.errors import BenchError
 
 def _salvage(text: str, path: str) -> tuple[dict, bool]:
@@ -79,9 +86,10 @@ def parse_json(text: str, path: str, collective: str | None = None, world: int |
     name = collective_of(prog) if prog else collective
     if name is None:
         raise BenchError(f"'{path}': no args: does not say which collective it ran; give --collective NAME")
-    reduce_ = average_of(args)
+    opts = _options(doc, cfg, args, path)
     iters = cfg.get("iterations")
     iters = int(iters) * int(cfg.get("aggregated_iterations") or 1) if iters is not None else None
+    figures = []
     for k, r in enumerate(doc["results"]):
         if not isinstance(r, dict) or "size" not in r:
             raise BenchError(f"'{path}': results[{k}] is not an nccl-tests result object (no 'size')")
@@ -93,17 +101,78 @@ def parse_json(text: str, path: str, collective: str | None = None, world: int |
             t = _fig(fig.get("time", fig.get("cpu_time")))
             if t is None:
                 continue
-            wrong = fig.get("nwrong")
-            out.rows.append(result_row(
+            wrong, per_iter = fig.get("nwrong"), r.get(f"{key}_per_iter")
+            row = result_row(
                 collective=name, size_bytes=int(r["size"]), count=int(r.get("count") or 0),
                 dtype=TYPES.get(str(r.get("type")), str(r.get("type"))), op=OPS.get(str(r.get("redop")), str(r.get("redop"))),
                 root=int(root) if root.lstrip("-").isdigit() else -1, placement=placement, world=out.world,
-                mode="nccl-tests", rank_reduce=reduce_, blocking=True, time_s=t * 1e-6,
+                mode="nccl-tests", rank_reduce=opts.rank_reduce, blocking=True, time_s=t * 1e-6,
                 algbw_gbps=_fig(fig.get("alg_bw")), busbw_gbps=_fig(fig.get("bus_bw")),
                 wrong=None if wrong in (None, "nan") else int(float(wrong)),
-                warmup_iters=cfg.get("warmup_iters"), iters=iters))
+                warmup_iters=cfg.get("warmup_iters"), iters=iters,
+                extra={"tool_options": opts.tool_options})
+            row.update(_per_iter(per_iter, out, row))
+            out.rows.append(row)
+            figures.append({"size": row["size_bytes"], "count": row["count"], "type": str(r.get("type")),
+                            "algbw": row["algbw_gbps"] or 0.0, "busbw": row["busbw_gbps"] or 0.0})
     if not out.rows:
         raise BenchError(f"'{path}': no complete result in its 'results' list" + (" (cut off)" if cut else ""))
+    base = re.sub(r"_perf.*$", "", Path(prog).name) if prog else next(p for p, c in PROGRAMS.items() if c == name)
+    check(path=path, program=base, world=out.world, how="config.devices x nthreads x ngpus", rows=figures)
+    _footer(doc, out, opts)
     if cut:
         out.notes.append(f"cut off: the JSON ends early; its {len(doc['results'])} complete result(s) were kept")
     return out
+
+
+def _options(doc: dict, cfg: dict, args: list[str], path: str) -> Options:
+    """The command line (args), then what config and the results say (they win: they are what ran)."""
+    opts = Options()
+    from_argv(args, opts, path)
+    for key, flag in (("graph", "G"), ("aggregated_iterations", "m"), ("validation", "c"), ("per_iter_skip", "K")):
+        if str(cfg.get(key, "")).isdigit():
+            opts.put(flag, int(cfg[key]), f"config.{key}")
+    if str(cfg.get("per_iter_timing")) == "true":
+        opts.put("I", 1, "config.per_iter_timing")
+    if str(cfg.get("blocking_collectives")) == "true" and not opts.value("z"):
+        opts.put("z", 1, "config.blocking_collectives (true: -z 1, 2 or 3; the file does not say which)")
+    if any(isinstance(r, dict) and isinstance(r.get("out_of_place") or r.get("in_place"), dict)
+           and "cpu_time" in (r.get("out_of_place") or r.get("in_place")) for r in doc["results"]):
+        opts.put("C", 1, "results[].cpu_time")
+    return opts
+
+
+def _per_iter(per_iter, out: Parsed, row: dict) -> dict:
+    """-I 1 (util.cu writePerIterReport): every iteration's CUDA-event time (max over every GPU of
+    every process) -> the samples table; the tool's summary over the iterations after -K -> columns."""
+    if not isinstance(per_iter, dict):
+        return {}
+    times = [_fig(x) for x in per_iter.get("times_us") or []]
+    key = {"case_id": row["case_id"], "size_bytes": row["size_bytes"], "placement": row["placement"]}
+    out.samples += [{**key, "rank": None, "iteration": i, "seconds": x * 1e-6} for i, x in enumerate(times)
+                    if x is not None]
+    cols = {"samples": len(times)}
+    for src, col in (("min_us", "time_min_s"), ("max_us", "time_max_s"), ("avg_us", "time_mean_s"),
+                     ("p95_us", "time_p95_s"), ("stdev_us", "time_stdev_s")):
+        if _fig(per_iter.get(src)) is not None:
+            cols[col] = _fig(per_iter[src]) * 1e-6
+    if _fig(per_iter.get("cv_pct")) is not None:
+        cols["time_cv"] = _fig(per_iter["cv_pct"]) / 100
+    return cols
+
+
+def _footer(doc: dict, out: Parsed, opts: Options) -> None:
+    """The file's options, and nccl-tests' own verdicts: out_of_bounds, average_bus_bandwidth, errors."""
+    out.options = opts.record()
+    out.notes += opts.notes
+    if opts.tool_options:
+        out.notes.append(f"nccl-tests options that change what its time means: {opts.tool_options} (column "
+                         "tool_options: compare and the report pair these rows only with rows measured alike)")
+    oob = doc.get("out_of_bounds")
+    if isinstance(oob, dict) and int(oob.get("count") or 0):
+        out.failed.append(f"out_of_bounds.count {oob['count']}")
+    bw = doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith")  # 2.17.6 spelled it so
+    if isinstance(bw, dict) and str(bw.get("okay")) == "false":
+        out.failed.append("average_bus_bandwidth below NCCL_TESTS_MIN_BW x 0.9")
+    for e in doc.get("errors") or []:
+        out.notes.append(f"nccl-tests' errors: {e}")

@@ -1,20 +1,21 @@
-"""nccl-tests' words and distbench's for them: programs, types, reduce ops, the -a flag, NCCL's
-version code. Shared by the text reader (nccl_text) and the JSON reader (nccl_json)."""
+"""nccl-tests' words and distbench's for them: programs, types, reduce ops, NCCL's version code
+(the options: bench.imports.nccl_options). Shared by the text reader (nccl_text) and the JSON reader (nccl_json)."""
 
 import re
 from pathlib import Path
 
 from bench.errors import BenchError, unknown
 
-# nccl-tests program -> distbench collective (the contiguous-buffer forms nccl-tests times)
+# nccl-tests program -> distbench collective (the contiguous-buffer forms nccl-tests times); alltoallv
+# (src/alltoallv.cu, 2026: uneven per-peer counts, distance-weighted or from a traffic matrix) keeps its
+# own name: distbench has no unit of that pattern, so nothing of distbench's pairs with it
 PROGRAMS = {"all_reduce": "all_reduce", "all_gather": "all_gather_single", "reduce_scatter": "reduce_scatter_single",
             "alltoall": "all_to_all_single", "broadcast": "broadcast", "reduce": "reduce", "gather": "gather",
-            "scatter": "scatter", "sendrecv": "sendrecv"}
+            "scatter": "scatter", "sendrecv": "sendrecv", "alltoallv": "alltoallv"}
 TYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16", "int8": "int8",
          "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
          "int": "int32", "char": "int8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 OPS = {"sum": "sum", "prod": "product", "max": "max", "min": "min", "avg": "avg", "none": "", "premulsum": "premulsum"}
-AVERAGE = {0: "rank0", 1: "avg", 2: "min", 3: "max"}  # -a (src/common.cu: 0=RANK0, 1=AVG, 2=MIN, 3=MAX)
 
 
 def collective_of(program: str) -> str:
@@ -35,16 +36,6 @@ def nccl_version_text(code) -> str:
     if c >= 20900:
         return f"{c // 10000}.{c // 100 % 100}.{c % 100}"
     return f"{c // 1000}.{c // 100 % 10}.{c % 100}" if c > 0 else ""
-
-
-def average_of(argv: list[str]) -> str:
-    for i, a in enumerate(argv):
-        for flag in ("-a", "--average"):
-            if a == flag and i + 1 < len(argv):
-                return AVERAGE.get(int(argv[i + 1]) if argv[i + 1].isdigit() else 1, "avg")
-            if a.startswith(flag + "=") and a.split("=", 1)[1].isdigit():
-                return AVERAGE.get(int(a.split("=", 1)[1]), "avg")
-    return "avg"
 
 
 def number(text: str, what: str, path: str, line: int) -> float:

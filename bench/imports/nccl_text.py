@@ -4,44 +4,46 @@ every variant and the source line it comes from).
 A log is read in two passes. `_runs` walks its lines once (launcher prefixes stripped, `\\`-continued
 commands joined) and splits it into runs: what precedes a table (a command naming the program, the
 version line, `# Collective test starting`, `# nThread`, the header) starts a new run once the one
-before printed rows; a `Test ... failure` line marks its run aborted. `_parse_run` then reads each
-run's table: rows map to header columns in order or, where a value is blank or a block missing, by
-column position (nccl-tests right-aligns every value under its label), and the collective is the
-program the log names, else --collective, else what the table's facts allow (bench.collectives.
-imports.infer), else the file name.
+before printed rows; the options the log prints are read on the way (bench.imports.nccl_options).
+A `Test ... failure` line refuses a run that stopped before its last size (aborted); after a run
+that printed them all it is the run's own check failing, kept with its rows. `_parse_run` then
+reads each run's table (bench.imports.nccl_rows), the world (bench.imports.nccl_world) and the
+collective: the program the log names, else --collective, else what the table's facts allow
+(bench.imports.infer), else the file name.
 """
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.imports import Parsed, infer, result_row
-from bench.imports.nccl_names import (OPS, PROGRAMS, TYPES, average_of, collective_of, nccl_version_text,
-                                                  number)
+from bench.imports.nccl_names import OPS, PROGRAMS, TYPES, collective_of, nccl_version_text, number
+from bench.imports.nccl_options import Options, argv_of, from_argv, from_comment, from_header, from_nthread_line
+from bench.imports.nccl_rows import judge_errors, last_row, pre_2020_gather_algbw, read_rows, tokens
+from bench.imports.nccl_world import check, resolve, tagged_processes
 from bench.errors import BenchError
 
 # launcher prefixes on every line: OpenMPI --tag-output `[1,0]<stdout>:`; srun -l / --label ` 0: `
 _PREFIXES = (re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:"), re.compile(r"^\s*\d+: "))
-_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)$")
+_RANK = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)?(?:Pid\s+\d+\s+)?on\s+(?P<host>\S+)\s+"
+                   r"device\s+(?P<dev>\d+)\s+\[[^\]]*\]\s*(?P<name>.*)$")
 # `# nccl-tests version 2.17.6 nccl-headers=22703 nccl-library=22703` (2.13+); rccl-tests: `rccl-library=`
 _VERSION = re.compile(r"^#\s*(nccl|rccl)-tests version (\S+)(?:.*[nr]ccl-library=(\d+))?")
 # the library's own line: `NCCL version 2.9.9+cuda11.2` (NCCL_DEBUG=VERSION/INFO, bare or after `NCCL INFO`),
 # `RCCL version : 2.27.7-HEAD:96a25b5` (rccl-tests)
 _LIBRARY = re.compile(r"\b([NR]CCL) version\s*:?\s*(\d[\w.+:-]*)")
-_PARAMS = re.compile(r"nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+).*?warmup iters: (\d+) iters: (\d+)"
-                     r"(?: agg iters: (\d+))?")
+_PARAMS = re.compile(r"nThread (?P<t>\d+) nGpus (?P<g>\d+) minBytes (?P<lo>\d+) maxBytes (?P<hi>\d+)"
+                     r"(?: step: (?P<step>\d+)\((?P<by>factor|bytes)\))?.*?warmup iters: (?P<w>\d+) iters: (?P<n>\d+)"
+                     r"(?: agg iters: (?P<m>\d+))?")
 # a program name wherever a command line echoes it: `./build/all_reduce_perf`, `all_gather_perf_mpi`
 _PROGRAM = re.compile(r"(?:^|[\s/=:'\"])([a-z0-9]+(?:_[a-z0-9]+)*)_perf(?:_mpi)?(?=$|[\s'\";|&)])")
 # what comes before a command: `Running:` (nccl-tests' own scripts), a shell prompt (`user@host:~/dir$ `,
 # `[root@host dir]# `, `(env) $ `), `+ ` (sh -x), `$ `
 _PROMPT = re.compile(r"^(?:\([^)]*\)\s*)?(?:Running:\s*|\[[^\]]*\][$#]\s*|\S+@\S*?[$#]\s+|[$+]\s+)")
 # src/common.h: `HOST: Test NCCL failure common.cu:392 'unhandled system error'`, `Test CUDA failure`,
-# ` .. HOST pid P: Test failure common.cu:N` (rccl-tests: `Test HIP failure`)
-_FAILURE = re.compile(r"\bTest (?:[A-Z]+ )?failure\b")
-OOP_TOLERANCE = {"half": 1e-2, "bfloat16": 1e-2, "float": 1e-5, "double": 1e-12}  # src/common.cu DeltaMaxValue
-# (before 2.13, e.g. f773748): a size is "out of bounds" when error > DeltaMaxValue(type) x (ranks - 1);
-# integer types 1e-200, i.e. any deviation
+# ` .. HOST pid P: Test failure common.cu:N` (TESTCHECK; rccl-tests: `Test HIP failure`); src/common.cu
+# testStreamSynchronize: `HOST: Test timeout (Ns) common.cu:N`
+_FAILURE = re.compile(r"\bTest (?:[A-Z]+ )?(?:failure|timeout)\b")
 
 
 @dataclass(kw_only=True)
@@ -61,7 +63,10 @@ class _Run:
     data: list[tuple[int, str]] = field(default_factory=list)  # (line number, text)
     footer: bool = False
     out_of_bounds: str = ""
-    failure: tuple[int, str] | None = None
+    avg_bus: str = ""  # `# Avg bus bandwidth : B [OK|FAILED]` (FAILED: below NCCL_TESTS_MIN_BW x 0.9)
+    failures: list[tuple[int, str]] = field(default_factory=list)
+    opts: Options = field(default_factory=Options)
+    reduced_max: int | None = None  # `# Reducing maxBytes to N due to memory limitation` (src/common.cu)
 
     def begun(self) -> bool:
         return bool(self.data) or self.footer
@@ -86,11 +91,6 @@ def _lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _tokens(line: str) -> list[tuple[int, str]]:
-    """(end column, token) of each whitespace-separated token."""
-    return [(m.end(), m.group()) for m in re.finditer(r"\S+", line)]
-
-
 def _runs(text: str) -> list[_Run]:
     """Split a log into its runs. A run starts at what precedes its table (a command line naming a
     program, the version line, `# Collective test starting`, the `# nThread` line or the header) once
@@ -112,11 +112,10 @@ def _runs(text: str) -> list[_Run]:
         if not s:
             continue
         if _FAILURE.search(s):
-            r = runs[-1] if runs else fresh(no)
-            r.failure = r.failure or (no, s)
+            (runs[-1] if runs else fresh(no)).failures.append((no, s))
             continue
         if s.startswith("#"):
-            body = s.lstrip("#").strip()
+            body, where = s.lstrip("#").strip(), f"line {no}: {s}"
             if m := _VERSION.match(s):
                 r = fresh(no)
                 r.tool, r.version = f"{m.group(1)}-tests", m.group(2)
@@ -129,17 +128,25 @@ def _runs(text: str) -> list[_Run]:
                 if not runs[-1].program:
                     runs[-1].program, runs[-1].program_from = body.split(":", 1)[1].strip(), f"line {no}: {s}"
             elif m := _PARAMS.search(body):
-                fresh(no, unless=lambda r: r.params is not None or r.header is not None).params = m
+                r = fresh(no, unless=lambda r: r.params is not None or r.header is not None)
+                r.params = m
+                from_nthread_line(body, where, r.opts)
+            elif body.startswith(("Blocking Enabled", "Per-Iteration Report")):
+                from_comment(body, where, fresh(no).opts)
+            elif m := re.match(r"Reducing maxBytes to (\d+)", body):
+                fresh(no).reduced_max = int(m.group(1))
             elif m := _RANK.match(s):
-                fresh(no).ranks.append((int(m.group(1)), m.group(2), m.group(4).strip(), int(m.group(3))))
+                fresh(no).ranks.append((int(m["rank"]), m["host"], m["name"].strip(), int(m["dev"]), int(m["group"] or 0)))
             elif {"size", "count", "type"} <= set(body.split()) and {"time", "cputime"} & set(body.split()):
-                head = _tokens(ln)
+                head = tokens(ln)
                 head[0] = (head[0][0], head[0][1].lstrip("#"))  # '#' of the comment, or glued: '#size'
-                fresh(no, unless=lambda r: r.header is not None).header = [t for t in head if t[1]]
+                r = fresh(no, unless=lambda r: r.header is not None)
+                r.header = [t for t in head if t[1]]
+                from_header([t for _, t in r.header], where, r.opts)
             elif body.startswith("Out of bounds values") and runs:
                 runs[-1].out_of_bounds = body.split(":", 1)[-1].strip()
             elif body.startswith("Avg bus bandwidth") and runs:
-                runs[-1].footer = True
+                runs[-1].footer, runs[-1].avg_bus = True, body.split(":", 1)[-1].strip()
             continue
         if s.split()[0].isdigit() and runs and runs[-1].header is not None and not runs[-1].footer:
             runs[-1].data.append((no, ln))
@@ -159,11 +166,13 @@ def _runs(text: str) -> list[_Run]:
 
 
 def parse_text_runs(text: str, path: str, collective: str | None = None, world: int | None = None) -> list[Parsed]:
-    """Every run of an nccl-tests / rccl-tests text log, in the order printed."""
+    """Every run of an nccl-tests / rccl-tests text log, in the order printed. A failure line refuses
+    the import only for a run that stopped before its last size; a run that finished (its footer, or
+    its last announced size printed whole) and then failed its own check is imported and says so."""
     runs = _runs(text)
     for r in runs:
-        if r.failure:
-            no, what = r.failure
+        if r.failures and not _finished(r, path):
+            no, what = r.failures[0]
             after = f" after {len(r.data)} size(s)" if r.data else (" before its results table" if r.header is None
                                                                     else " before its first size")
             raise BenchError(f"'{path}' line {no}: the run{(' of ' + r.program) if r.program else ''} aborted"
@@ -172,9 +181,9 @@ def parse_text_runs(text: str, path: str, collective: str | None = None, world: 
     if not tables:
         raise BenchError(f"'{path}': not nccl-tests output (no results header '#  size  count  type  redop ...  "
                          "time  algbw  busbw  #wrong' found)")
-    out = []
+    out, tagged = [], tagged_processes(text)
     for i, r in enumerate(tables):
-        p = _parse_run(r, path, collective, world)
+        p = _parse_run(r, path, collective, world, tagged)
         if len(tables) > 1:
             p.notes.insert(0, f"run {i + 1} of {len(tables)} in the file (from line {r.line})")
         out.append(p)
@@ -193,145 +202,116 @@ def parse_text(text: str, path: str, collective: str | None = None, world: int |
     return runs[0]
 
 
-def _layout(header: list[tuple[int, str]], path: str):
-    """(lead columns, figures per placement, whether a trailing timestamp is printed)."""
-    labels = [t for _, t in header]
-    lead = labels[:next(i for i, t in enumerate(labels) if t in ("time", "cputime"))]
-    stamp = labels[-1] == "timestamp"
-    per = (len(labels) - len(lead) - stamp) // 2
-    if per < 4 or not {"size", "count", "type"} <= set(lead):
-        raise BenchError(f"'{path}': unknown nccl-tests column layout: {' '.join(labels)}")
-    return lead, per, stamp
+def _sizes(p: re.Match, reduced: int | None) -> list[int]:
+    """The sizes a run announced (src/common.cu TimeTest: from minBytes, x step factor or + step
+    bytes, up to maxBytes or the `Reducing maxBytes` figure); [] when the line does not say."""
+    lo, hi, step = int(p["lo"]), reduced or int(p["hi"]), int(p["step"] or 0)
+    if not step or (p["by"] == "factor" and step < 2) or lo > hi:
+        return []
+    out, s = [], lo
+    while s <= hi and len(out) < 100_000:
+        out.append(s)
+        s = s * step if p["by"] == "factor" else s + step
+    return out
 
 
-def _cells(tok: list[tuple[int, str]], header: list[tuple[int, str]], lead, per, stamp) -> dict[int, str] | None:
-    """Header column index -> this row's text. A row with every column maps in order; a row that
-    leaves a column blank (alltoall before 2.13 prints a `redop` header but no value), prints only
-    in-place figures (trace replay: src/util.cu writeBenchMarkLineNullBody) or is cut short maps by
-    position: nccl-tests right-aligns each value under its header label. None: it does not align."""
-    full = len(lead) + 2 * per
-    if len(tok) in (full, full + stamp):
-        return {i: t for i, (_, t) in enumerate(tok[:full])}
-    ends = [e for e, _ in header]
-    cells: dict[int, str] = {}
-    for end, t in tok:
-        j = min(range(len(ends)), key=lambda k: abs(ends[k] - end))
-        if abs(ends[j] - end) > 2 or j in cells:
-            return None
-        cells[j] = t
-    return cells
+def _finished(r: _Run, path: str) -> bool:
+    """Whether a run printed every size: its `# Avg bus bandwidth` footer, or a whole last row past
+    the last-but-one size it announced (a printed size is the loop's rounded down to whole elements
+    per rank, src/<coll>.cu GetCollByteCount)."""
+    if not r.data or r.header is None:
+        return False
+    if r.footer:
+        return True
+    last = last_row(r.header, r.data, path)
+    sizes = _sizes(r.params, r.reduced_max) if r.params else []
+    if last is None or not sizes or not last[1]:
+        return False
+    return last[0] > (sizes[-2] if len(sizes) > 1 else -1)
 
 
-def _parse_run(r: _Run, path: str, collective: str | None, world: int | None) -> Parsed:
+def _parse_run(r: _Run, path: str, collective: str | None, world: int | None, tagged: int) -> Parsed:
     out = Parsed(file=path, format="text")
     out.version = r.version if r.tool == "nccl-tests" or not r.version else f"{r.version} (rccl-tests)"
     out.nccl_version, out.command = r.library, r.command
     if r.tool == "rccl-tests":
         out.notes.append(f"rccl-tests {r.version}: RCCL, which torch names backend 'nccl'")
-    argv = _argv(out.command)
-    params, ranks = r.params, sorted(r.ranks)
-    if world and ranks and world != len(ranks):
-        raise BenchError(f"'{path}' lists {len(ranks)} ranks ('#  Rank' lines); --world {world} disagrees")
-    out.world = world or (len(ranks) if ranks else None)
-    if out.world is None and params:
-        out.world = int(params.group(1)) * int(params.group(2))
-        out.notes.append(f"world {out.world} from nThread x nGpus (no '#  Rank' lines): one process assumed")
-    if not out.world:
-        raise BenchError(f"'{path}': does not say how many ranks ran (no '#  Rank' lines); give --world N")
+    argv, params, ranks, opts = argv_of(out.command), r.params, sorted(r.ranks), r.opts
+    from_argv(argv, opts, path)
+    table, cut, stamps = read_rows(r.header, r.data, path, out)
+    if not table:
+        raise BenchError(f"'{path}': nccl-tests header found but no result row (the run stopped before its first size)")
+    per_proc = int(params["t"]) * int(params["g"]) if params else opts.value("t") * opts.value("g")
+    named = _named(r, collective)
+    out.world, how = resolve(path=path, given=world, ranks=len(ranks), argv=argv, per_proc=per_proc, program=named,
+                             rows=table, tagged=tagged)
+    if not ranks:
+        out.notes.append(f"world {out.world} from {how} (no '#  Rank' lines)")
     out.hosts, out.devices, out.device_ids = [x[1] for x in ranks], [x[2] for x in ranks], [x[3] for x in ranks]
-    lead, per, stamp = _layout(r.header, path)
-    table, last = _read_rows(r, path, lead, per, stamp, out)
-    name = _which(r, table, path, collective, out)
+    name = _named(r, None) or _which(r, table, path, collective, out)  # --collective: checked against the table
+    groups = len({x[4] for x in ranks}) or 1
+    pre_2020_gather_algbw(name, table, out.world, r.header, out)
+    check(path=path, program=name, world=out.world, how=how, rows=table, groups=groups)
+    judge_errors(table, out.world, out)
+    _say(r, out, opts, cut, stamps, groups)
     if not out.command:
-        out.command = (f"{r.program or name + '_perf'} -b {params.group(3)} -e {params.group(4)} -w {params.group(5)} "
-                       f"-n {params.group(6)} -t {params.group(1)} -g {params.group(2)}  (reconstructed from the header)"
+        out.command = (f"{r.program or name + '_perf'} -b {params['lo']} -e {params['hi']} -w {params['w']} "
+                       f"-n {params['n']} -t {params['t']} -g {params['g']}  (reconstructed from the header)"
                        if params else r.program)
-    warmup = int(params.group(5)) if params else None
-    iters = int(params.group(6)) * int(params.group(7) or 1) if params else None
-    reduce_ = average_of(argv)
-    coll = PROGRAMS[name]
+    warmup = int(params["w"]) if params else None
+    iters = int(params["n"]) * int(params["m"] or 1) if params else None
+    group = {"group_size": out.world // groups, "groups": groups} if groups > 1 else {}
     for row in table:
         out.rows.append(result_row(
-            collective=coll, size_bytes=row["size"], count=row["count"], dtype=TYPES.get(row["type"], row["type"]),
-            op=OPS.get(row["redop"], row["redop"]), root=row["root"], placement=row["placement"], world=out.world,
-            mode="nccl-tests", rank_reduce=reduce_, blocking=True, time_s=row["time_us"] * 1e-6,
-            algbw_gbps=row["algbw"], busbw_gbps=row["busbw"], wrong=row["wrong"], warmup_iters=warmup, iters=iters,
-            extra={"max_error": row["error"], "degraded": row["degraded"]}))
-    if not out.rows:
-        raise BenchError(f"'{path}': nccl-tests header found but no result row (the run stopped before its first size)")
-    if r.out_of_bounds and not r.out_of_bounds.startswith("0"):
-        out.notes.append(f"nccl-tests' footer: Out of bounds values : {r.out_of_bounds}")
-    if not r.footer and not last:
-        out.notes.append(f"cut off: no '# Avg bus bandwidth' footer, the run ended after {len(r.data)} size(s)")
+            collective=PROGRAMS[name], size_bytes=row["size"], count=row["count"],
+            dtype=TYPES.get(row["type"], row["type"]), op=OPS.get(row["redop"], row["redop"]), root=row["root"],
+            placement=row["placement"], world=out.world, mode="nccl-tests", rank_reduce=opts.rank_reduce,
+            blocking=True, time_s=row["time_us"] * 1e-6, algbw_gbps=row["algbw"], busbw_gbps=row["busbw"],
+            wrong=row["wrong"], warmup_iters=warmup, iters=iters,
+            extra={"max_error": row["error"], "degraded": row["degraded"], "tool_options": opts.tool_options,
+                   **row["extra"], **group}))
     return out
 
 
-def _read_rows(r: _Run, path: str, lead, per, stamp, out: Parsed) -> tuple[list[dict], bool]:
-    """Each printed row -> one dict per placement it holds; (rows, whether a cut-off row was noted)."""
-    labels = [t for _, t in r.header]
-    old = "error" in labels
-    if old and any(_tokens(ln)[-1][1] != "N/A" for _, ln in r.data):
-        out.notes.append("older nccl-tests layout: its 'error' column is the largest deviation from the expected "
-                         "value, not a count of wrong elements: stored as max_error, wrong is null")
-    rows, empty, blank, approx, cut = [], 0, set(), [], False
-    for k, (no, ln) in enumerate(r.data):
-        tok = _tokens(ln)
-        cells = _cells(tok, r.header, lead, per, stamp)
-        if cells is None:
-            raise BenchError(f"'{path}' line {no}: {len(tok)} columns, expected {len(lead) + 2 * per} "
-                             f"({' '.join(labels)})")
-        f = {c: cells.get(i, "") for i, c in enumerate(lead)}
-        blank |= {c for c in ("redop", "root") if c in f and not f[c]}
-        blocks = [(pl, [cells.get(len(lead) + b * per + j) for j in range(per)])
-                  for b, pl in enumerate(("out-of-place", "in-place"))]
-        whole = [(pl, cols) for pl, cols in blocks if None not in cols]
-        partial = any(None in cols and any(c is not None for c in cols) for _, cols in blocks)
-        if not whole or partial or all(c is None for c in blocks[1][1]):  # in-place alone is trace replay
-            if k != len(r.data) - 1:
-                raise BenchError(f"'{path}' line {no}: {len(tok)} columns, expected {len(lead) + 2 * per} "
-                                 f"({' '.join(labels)})")
-            cut = True
-            if not whole:
-                out.notes.append(f"cut off: the last row (line {no}) is incomplete and was left out")
-                break
-            missing = [pl for pl, cols in blocks if None in cols]
-            out.notes.append(f"cut off: the last row (line {no}) holds only its {whole[0][0]} figures; "
-                             f"its {missing[0]} figures are missing")
-        size, count = int(number(f["size"], "size", path, no)), int(number(f["count"], "count", path, no))
-        if size == 0:  # count 0: nothing moved (sizes below one element per rank print as 0)
-            empty += 1
-            continue
-        root = int(f["root"]) if f.get("root", "").lstrip("-").isdigit() else -1
-        for placement, cols in whole:
-            t, alg, bus, wr = cols[:4]
-            wrong, error, degraded = None, None, ""
-            if old and wr != "N/A":
-                error = number(wr, "error", path, no)
-                tol = OOP_TOLERANCE.get(f["type"], 1e-200) * (out.world - 1)
-                if error > tol:
-                    degraded = (f"wrong results: nccl-tests' error {wr} > its tolerance {tol:g} "
-                                f"(DeltaMaxValue({f['type']}) x (ranks - 1), src/common.cu before 2.13)")
-            elif wr != "N/A":
-                wrong = int(round(number(wr, "#wrong", path, no)))
-                if "e" in wr.lower():  # %6g: 6 significant digits from 1e6 on
-                    approx.append(f"{wr} at {size} B {placement}")
-            rows.append({"size": size, "count": count, "type": f["type"], "redop": f.get("redop", "") or "none",
-                         "root": root, "placement": placement, "time_us": number(t, "time", path, no),
-                         "algbw": number(alg, "algbw", path, no), "busbw": number(bus, "busbw", path, no),
-                         "wrong": wrong, "error": error, "degraded": degraded})
-    if empty:
-        out.notes.append(f"left out {empty} row(s) of size 0 (count 0: nothing moved; nccl-tests prints them when a "
-                         "size is below one element per rank)")
-    if blank:
-        out.notes.append(f"the rows leave {' and '.join(sorted(blank))} blank under its header: read as none / -1")
-    if approx:
-        out.notes.append(f"#wrong printed in %g form (6 significant digits), stored rounded, approximate: "
-                         f"{'; '.join(approx)}")
-    bad = [x for x in rows if x["degraded"]]
-    if bad:
-        out.notes.append(f"wrong results at {len(bad)} size x placement(s) by nccl-tests' own rule: "
-                         + ", ".join(f"{x['size']} B {x['placement']}" for x in bad))
-    return rows, cut
+def _say(r: _Run, out: Parsed, opts, cut: bool, stamps: list[str], groups: int) -> None:
+    """What the file's notes and meta.json source say beside the rows: the options, the footer, a
+    failure after the last size, the timestamps."""
+    out.options = opts.record()
+    out.notes += opts.notes
+    if not opts.command:
+        out.notes.append("rank reduction: nccl-tests' default -a 1 (the average over ranks) assumed: the log records "
+                         "no command line, and nccl-tests never prints -a")
+    if opts.tool_options:
+        out.notes.append(f"nccl-tests options that change what its time means: {opts.tool_options} (column "
+                         "tool_options: compare and the report pair these rows only with rows measured alike)")
+    if groups > 1:
+        out.notes.append(f"NCCL_TESTS_SPLIT: {groups} groups of {out.world // groups} ranks ran at once; the figures "
+                         "are one group's (group_size, groups)")
+    if r.out_of_bounds and not r.out_of_bounds.startswith("0"):
+        out.notes.append(f"nccl-tests' footer: Out of bounds values : {r.out_of_bounds}")
+        out.failed.append(f"Out of bounds values : {r.out_of_bounds}")
+    if r.avg_bus.endswith("FAILED"):
+        out.notes.append(f"nccl-tests' footer: Avg bus bandwidth : {r.avg_bus} (below NCCL_TESTS_MIN_BW x 0.9)")
+        out.failed.append(f"Avg bus bandwidth : {r.avg_bus}")
+    if r.failures:
+        no, what = r.failures[0]
+        more = f" (and {len(r.failures) - 1} more such line(s), one per process)" if len(r.failures) > 1 else ""
+        out.failure = f"line {no}: {what}{more}"
+        out.notes.append(f"the run printed every size, then nccl-tests reported a failure: {out.failure}")
+        out.failed.append(out.failure)
+    if not r.footer and not cut:
+        out.notes.append(f"cut off: no '# Avg bus bandwidth' footer, the run ended after {len(r.data)} size(s)")
+    if stamps:
+        out.stamps = {"first": stamps[0], "last": stamps[-1], "rows": len(stamps),
+                      "clock": "the host's local time, no zone (nccl-tests -S 1: strftime %Y-%m-%d %H:%M:%S)"}
+
+
+def _named(r: _Run, collective: str | None) -> str | None:
+    """The program the log names, else the one --collective names; None: the table must tell."""
+    if r.program:
+        collective_of(r.program)  # a program distbench does not know: one line with the known ones
+        return re.sub(r"_perf.*$", "", Path(r.program).name)
+    return next((p for p, c in PROGRAMS.items() if c == collective), None) if collective else None
 
 
 def _which(r: _Run, table: list[dict], path: str, collective: str | None, out: Parsed) -> str:
@@ -363,10 +343,3 @@ def _which(r: _Run, table: list[dict], path: str, collective: str | None, out: P
                      f"(none), '# Collective test starting' (none), the table ({infer.describe(t)}: fits "
                      f"{', '.join(fits) or 'none'}), the file name ({', '.join(named) or 'names none of them'}); "
                      "give --collective NAME (e.g. all_reduce)")
-
-
-def _argv(command: str) -> list[str]:
-    try:
-        return shlex.split(command)
-    except ValueError:  # an unbalanced quote in an echoed shell line
-        return command.split()

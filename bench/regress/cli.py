@@ -14,8 +14,9 @@ from bench.options import AB_SUITE, ab_suite, deprecated
 from bench.regress import ab
 from bench.regress import baseline as bl
 from bench.regress import gate as gt
-from bench.regress.compare import Rules, compare_rows, normalize_kind, reading
+from bench.regress.compare import Rules, compare_rows, key_columns, normalize_kind, reading
 from bench.regress.render import render
+from bench.regress.settings import unlike_cases
 from bench.results import fingerprint as fp
 from bench.results.cli import _dir, _output_file
 from bench.results.rundir import read_meta
@@ -108,6 +109,10 @@ def cmd_compare(args) -> int:
     other = normalize_kind(b_meta.get("kind") or b_rows["kind"].dropna().iloc[0])
     if kind != other:
         raise BenchError(f"cannot compare a {kind} result with a {other} result")
+    unlike = unlike_cases(a_rows, b_rows, key_columns(kind))
+    if unlike:  # like with like: the same case timed another way is not a regression nor an improvement
+        raise BenchError(f"cannot compare {b_label} with {a_label}: the same cases were measured differently: "
+                         f"{'; '.join(unlike)}; compare runs measured alike (docs/imports.md for imported runs)")
     rules = Rules.load(args.rules) if args.rules else Rules()
     cmp = compare_rows(a_rows, b_rows, kind, rules)
     title = f"{kind}: {b_label} vs {a_label}"

@@ -54,3 +54,38 @@ def settings_differences(meta_a: dict, rows_a: pd.DataFrame, meta_b: dict, rows_
             if sa.get(k) is not None and sb.get(k) is not None and str(sa[k]) != str(sb[k]):
                 out.append(f"{k}: {sa[k]!r} vs {sb[k]!r}")
     return out
+
+
+# Row columns that say what a figure means: the timing mode, the reduction over ranks, blocking, and
+# an imported tool's own options that change its time (nccl-tests -z, -G, -C ...: bench.imports).
+# Two rows of one case key that differ in one of them are two measurements, not a change.
+DEFINITION = ("mode", "rank_reduce", "blocking", "tool_options")
+
+
+def _said(v) -> str:
+    """A definition value as compared: null and '' alike (distbench's rows carry no tool_options)."""
+    return "" if v is None or (not isinstance(v, str) and pd.isna(v)) else str(v)
+
+
+def unlike_cases(rows_a: pd.DataFrame, rows_b: pd.DataFrame, keys: list[str]) -> list[str]:
+    """'column: a vs b (N case(s), e.g. KEY)' for every definition column in which the rows of a
+    case key present on both sides differ; [] when every shared case was measured alike."""
+    keys = [k for k in keys if k in rows_a.columns and k in rows_b.columns]
+    out = []
+    for col in DEFINITION:
+        if col not in rows_a.columns and col not in rows_b.columns:
+            continue
+        sides = []
+        for df in (rows_a, rows_b):
+            vals = df[col] if col in df.columns else pd.Series([None] * len(df), index=df.index)
+            key = df[keys].astype("string").fillna("").agg(" ".join, axis=1) if keys else pd.Series("", index=df.index)
+            sides.append(pd.DataFrame({"key": key, "v": [_said(v) for v in vals]}).groupby("key")["v"]
+                         .agg(lambda s: tuple(sorted(set(s)))))
+        a, b = sides
+        shared = a.index.intersection(b.index)
+        diff = [k for k in shared if a[k] != b[k]]
+        if diff:
+            pairs = sorted({(a[k], b[k]) for k in diff})
+            what = "; ".join(f"{'/'.join(map(repr, x))} vs {'/'.join(map(repr, y))}" for x, y in pairs[:3])
+            out.append(f"{col}: {what} ({len(diff)} case(s), e.g. {diff[0]})")
+    return out

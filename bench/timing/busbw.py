@@ -9,6 +9,7 @@ FACTORS = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "alltoall": lambda n: (n - 1) / n,
+    "alltoallv": lambda n: (n - 1) / n,  # src/alltoallv.cu AlltoAllvGetBw: algbw from the busiest rank's bytes
     "gather": lambda n: (n - 1) / n,
     "scatter": lambda n: (n - 1) / n,
     "reduce": lambda n: 1.0,
