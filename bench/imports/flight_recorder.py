@@ -102,7 +102,7 @@ def read(path, data: bytes, index: int = 0) -> Read:
         size = size_of(coll, total_numel(e.get("input_sizes")), total_numel(e.get("output_sizes")), n,
                        ELEMENT_BYTES[dtype])
         r.calls.append(Call(rank=rank, collective=coll, size_bytes=size, dtype=dtype, group=group, group_size=n,
-                            duration_s=float(e["duration_ms"]) * 1e-3))
+                            duration_s=float(e["duration_ms"]) / 1e3))
     r.backend = "+".join(sorted(backends - {""}))
     r.notes += counted("entries", untimed, "no duration_ms (the flight recorder times NCCL collectives only with "
                        "TORCH_NCCL_ENABLE_TIMING=1; gloo's entries carry none)")

@@ -171,7 +171,7 @@ def _gpu_calls(xs, kernels, rank, info, groups, notes) -> list[Call]:
             skipped[why] = skipped.get(why, 0) + 1
             continue
         calls.append(Call(rank=rank, collective=coll, size_bytes=size, dtype=dtype, group=group, group_size=n,
-                          duration_s=float(k["dur"]) * 1e-6))
+                          duration_s=float(k["dur"]) / 1e6))
     notes += counted("NCCL kernel(s)", unlinked, "no collective record around their launch (profile with "
                      "record_shapes=True, or a torch that copies the collective's metadata onto the kernel)")
     notes += [f"{n} NCCL kernel(s) of '{why}' not compared: not one collective of a size" for why, n in
@@ -191,7 +191,7 @@ def _gloo_calls(spans, rank, info, groups, notes) -> list[Call]:
                 skipped[why] = skipped.get(why, 0) + 1
             continue
         calls.append(Call(rank=rank, collective=coll, size_bytes=size, dtype=dtype, group=group, group_size=n,
-                          duration_s=float(e["dur"]) * 1e-6))
+                          duration_s=float(e["dur"]) / 1e6))
     if len(groups) > 1 and calls:
         notes.append(f"{len(groups)} process groups in the job: gloo's spans do not say which group ran them; "
                      f"group '?' of the world size {info.get('world_size')} assumed")
@@ -207,11 +207,13 @@ def read(path, data: bytes, index: int = 0) -> Read:
     doc = _load(path, data)
     info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
     rank, notes = _rank_of(path, info, index)
-    devices = [str(d.get("name")) for d in doc.get("deviceProperties") or [] if isinstance(d, dict) and d.get("name")]
+    props = [d for d in doc.get("deviceProperties") or [] if isinstance(d, dict) and d.get("name")]
     xs = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e]
     groups = _groups(info)
     kernels = [e for e in xs if e.get("cat") == "kernel" and str(e.get("name", "")).startswith(KERNEL_PREFIXES)]
     gloo = [e for e in xs if str(e.get("name", "")).startswith("gloo:")]
+    used = {(k.get("args") or {}).get("device") for k in kernels}  # the GPUs this rank ran kernels on
+    devices = [str(d["name"]) for d in props if d.get("id") in used] or [str(d["name"]) for d in props]
     r = Read(file=str(path), source=SOURCE, timing=GPU_TIMING if kernels else GLOO_TIMING, rank=rank,
              world=info.get("world_size"), backend=str(info.get("backend") or ("nccl" if kernels else "gloo" if gloo
                                                                                 else "")),

@@ -92,7 +92,7 @@ def read_json(path, data: bytes) -> Read:
         name = str(head.get("comm_name") or "")
         r.calls.append(Call(rank=str(head.get("rank", "?")), collective=coll, size_bytes=size, dtype="",
                             group=name if name and name != "unknown" else str(head.get("id", "?")), group_size=n,
-                            duration_s=float(perf.get("coll_exec_time_us") or 0) * 1e-6))
+                            duration_s=float(perf.get("coll_exec_time_us") or 0) / 1e6))
     r.hosts = sorted(hosts)
     r.rank = ",".join(sorted({c.rank for c in r.calls}))
     r.notes += [f"{n} collective(s) timed by {src}" for src, n in sorted(sources.items()) if src != "kernel_gpu"]
@@ -141,7 +141,7 @@ def read_prometheus(path, data: bytes) -> Read:
             r.hosts = sorted({*r.hosts, lab.get("node", "")} - {"", "unknown"})
             r.calls.append(Call(rank=f"{lab.get('node', '?')}:{lab.get('gpu', '?')}", collective=coll,
                                 size_bytes=lo * k, size_max_bytes=hi * k, dtype="", group=lab.get("comm_name", "?"),
-                                group_size=n, duration_s=float(s.value) * 1e-6))
+                                group_size=n, duration_s=float(s.value) / 1e6))
     r.rank = ",".join(sorted({c.rank for c in r.calls}))
     r.notes.append("Prometheus buckets: each time is the mean over a bucket's calls (count not exported); "
                    "sizes are ranges")
