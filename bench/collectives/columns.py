@@ -5,9 +5,7 @@ COLLECTIVES = {
     "group_size": "Int64",  # ranks per communicator (the n of busbw); the world when one group holds every rank
     "groups": "Int64",  # communicators running the collective at once (world / group_size; --group-size)
     "max_error": "float64",  # imported nccl-tests before 2.13: its `error` column (the largest deviation), as printed
-    # imported runs: the tool's options that change what its time means, as it spells them (nccl-tests
-    # `-z 1 -G 10 -C 1`); '' = the tool's defaults; null in distbench's rows (compared as ''): like with like
-    "tool_options": "string",
+    "tool_options": "string",  # imported runs: the tool's options that change what its time means (nccl-tests `-z 1 -G 10`); '' its defaults; null (distbench) read as ''
 }
 
 COLUMNS = {"results": COLLECTIVES}
