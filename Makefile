@@ -30,7 +30,7 @@ MICRO_BATCH ?=
 ARGS        ?=
 opt = $(if $(strip $(2)),$(1) $(2))
 
-.PHONY: help install-slurm bench report bench-collectives bench-allreduce bench-pipeline bench-strategies gpu-smoke test test-slow perf clean
+.PHONY: help install-slurm bench report bench-collectives bench-allreduce bench-pipeline bench-strategies bench-overlap gpu-smoke test test-slow perf clean
 
 help:
 	@echo "make bench                 the quick suite of every kind, then one report of the four runs"
@@ -38,6 +38,7 @@ help:
 	@echo "make bench-allreduce       [SUITE=... WORLD=... SIZES=... ARGS=...]"
 	@echo "make bench-pipeline        [CHUNKS=1,4,8 SCHEDULE=... STAGES=... CHECKPOINT=... MICRO_BATCH=... TP=2 DP=2 FSDP=2 ARGS=...]"
 	@echo "make bench-strategies      [SUITE=... WORLD=... ARGS=...]"
+	@echo "make bench-overlap         [SUITE=... WORLD=... SIZES=... ARGS=...]  communication hidden behind compute"
 	@echo "make report                [ARGS='RUN_DIR... --baseline DIR --output-dir DIR']  HTML + PNG report (default: latest run of each kind)"
 	@echo "make gpu-smoke             [ARGS='--checks ... --out DIR']  the GPU smoke checks (tools/gpu_smoke.py)"
 	@echo "make test                  [ARGS=pytest options]  the test suite without the slow set"
@@ -79,6 +80,9 @@ bench-pipeline: $(DEPS)
 
 bench-strategies: $(DEPS)
 	$(DISTBENCH) strategies --suite $(or $(SUITE),suites/strategies.toml) $(call opt,--nproc,$(WORLD)) $(ARGS)
+
+bench-overlap: $(DEPS)
+	$(DISTBENCH) overlap --suite $(or $(SUITE),suites/overlap.toml) $(call opt,--nproc,$(WORLD)) $(call opt,--sizes,$(SIZES)) $(ARGS)
 
 gpu-smoke: $(DEPS)
 	$(PYTHON) tools/gpu_smoke.py $(ARGS)
