@@ -221,6 +221,7 @@ def read(path, data: bytes, index: int = 0) -> Read:
              else [], nccl_version=str(info.get("nccl_version") or ""), host_waits=not kernels, notes=notes)
     if kernels:
         r.calls = _gpu_calls(xs, kernels, rank, info, groups, r.notes)
+        r.notes += counted("gloo span(s)", len(gloo), "the trace's NCCL kernels are read (one backend per trace)")
     elif gloo:
         r.calls = _gloo_calls(gloo, rank, info, groups, r.notes)
     elif any(e.get("name") == "record_param_comms" for e in xs):
