@@ -103,6 +103,21 @@ def test_latency_every_rank_same_samples_and_agreed_holds():
     assert "host timers" in R.latency_verdict({0: _lat(3, []), 1: _lat(3, [])}, 2, "gloo-cpu")[1]
 
 
+def test_latency_says_which_hold_the_transport_must_get():
+    """NCCL's all_reduce wait does not block the host: its samples must be held ('spin'), none kept
+    at the cap; gloo with CUDA tensors blocks: the loop's probe must find it ('none')."""
+    h = [1000, 1000, 1000]
+    spin = lambda s, d=0: {**_lat(s, h), "hold": "spin", "dispatch_in": d}  # noqa: E731
+    none = lambda s: {**_lat(s, []), "hold": "none", "dispatch_in": s}  # noqa: E731
+    assert R.latency_verdict({0: spin(3), 1: spin(3)}, 2, "nccl", want_hold="spin")[0] == "ok"
+    status, line = R.latency_verdict({0: none(3), 1: none(3)}, 2, "nccl", want_hold="spin")
+    assert status == "FAILED" and "want 'spin'" in line
+    assert R.latency_verdict({0: spin(3, 1), 1: spin(3, 1)}, 2, "nccl", want_hold="spin")[0] == "FAILED"
+    status, line = R.latency_verdict({0: none(3), 1: none(3)}, 2, "gloo-cuda", want_hold="none")
+    assert status == "ok" and "the op's wait blocks the host" in line
+    assert R.latency_verdict({0: spin(3), 1: spin(3)}, 2, "gloo-cuda", want_hold="none")[0] == "FAILED"
+
+
 def _mem(alloc, reserved):
     return {"memory_kind": "cuda", "peak_allocated_bytes": alloc, "peak_reserved_bytes": reserved,
             "host_peak_rss_bytes": 1 << 30}
@@ -439,6 +454,19 @@ def test_barrier_verdicts():
         "latency: a bandwidth for a barrier (3.0 GB/s)"]
     assert V.barrier_verdict([_barrier("latency", size=8), _barrier("throughput")], modes)[0] == [
         "a row of barrier at 8 B"]
+
+
+def test_a_cuda_barrier_must_be_timed_without_the_hold():
+    """On CUDA the barrier's wait blocks the host (NCCL synchronizes its stream): its latency row
+    must say no hold and count every sample as holding its dispatch; a held one fails."""
+    modes = ["latency", "throughput"]
+    cuda = {"device_type": "cuda", "iters": 40}
+    good = {**_barrier("latency"), **cuda, "latency_hold": "none", "samples_with_dispatch": 40}
+    problems, facts, _ = V.barrier_verdict([good, _barrier("throughput")], modes)
+    assert problems == [] and "latency: no hold (the barrier's wait blocks the host), as declared" in facts
+    held = {**good, "latency_hold": "spin", "samples_with_dispatch": 40}
+    assert V.barrier_verdict([held, _barrier("throughput")], modes)[0] == [
+        "latency: barrier timed with hold 'spin', 40 of 40 samples with their dispatch (want 'none', every one)"]
 
 
 DRY = """# launch: world 2: 3 case(s)

@@ -32,7 +32,11 @@ A. Through the public command line (`python -m bench <kind> ...`, nccl, world mi
   collectives   all_reduce at 1 MiB and 64 MiB in the latency, throughput and nccl-tests modes:
                 rows timed on cuda with NVML values, each row's rank_reduce as documented
   barrier       `collectives -c barrier`, latency and throughput: a row per mode, size 0, no
-                bandwidth, under BARRIER_MAX_S
+                bandwidth, under BARRIER_MAX_S; on CUDA the latency row timed without the hold
+                (the barrier's wait blocks the host), every sample counted with its dispatch
+  energy        all_reduce of 64 MiB, throughput, a 2 s budget: an energy figure over the timed
+                span (J/op, J/GB consistent, mean power plausible: gpu_smoke_energy.check_energy);
+                every other step's rows: each energy figure given or absent with its reason
   nccl-variant  native all_reduce with NCCL_ALGO=Ring: a probe launch with NCCL's TUNING log,
                 then a timed launch without NCCL_DEBUG; NCCL's choice where it logs one (one
                 rank: NCCL's one-rank path logs no choice: not run)
@@ -82,6 +86,7 @@ sys.path.insert(0, str(ROOT / "tools"))  # gpu_smoke_ranks, also when this file 
 
 import gpu_smoke_checks as V  # noqa: E402 - the verdicts of parts A and B (no torch, no pandas at import)
 import gpu_smoke_ranks as R  # noqa: E402 - stdlib only at import; the ranks' functions for part C
+import gpu_smoke_energy as E  # noqa: E402 - the energy columns' check (no torch at import)
 
 STEP_TIMEOUT_S = 120
 TOTAL_BUDGET_S = 480  # one H100 / H200 in 8 minutes; a check starts only with 30 s left
@@ -146,6 +151,11 @@ def steps_for(backend: str, world: int, out: str, cpu: bool) -> list[dict]:
                                           "--sizes", "16M", "--dtype", "float32", "--op", "sum", "--budget-s", "0.1",
                                           "--check", "1", "--predict-worlds", "2", *common],
          "needs2": False, "gpu_only": True},
+        # energy over a timed span long enough for NVML's counter (bench.telemetry.energy.MIN_SPAN_S):
+        # a figure is required here; every other step's rows are checked for a figure or its reason
+        {"name": "energy", "argv": ["collectives", "-c", "all_reduce", "--sizes", "64M", "--dtype", "float32", "--op",
+                                    "sum", "--mode", "throughput", "--budget-s", "2", "--check", "1", *common],
+         "needs2": False, "gpu_only": True, "limit_s": 90},
         {"name": "strategies", "argv": ["strategies", "-s", "ddp,dp", "--model", model, "--steps", "6",
                                         "--warmup", "1", "--check", "1", *common], "needs2": False},
         {"name": "allreduce", "argv": ["allreduce", "-a", "ring,native", "--sizes", "1M,16M", "--dtype", "float32",
@@ -206,6 +216,9 @@ def check_rows(name: str, run, gpu: bool, planned: set | None = None) -> tuple[l
         verdict = V.suite_verdict(planned or set(), rows)
     if verdict is not None:
         problems, facts, unjudged = problems + verdict[0], facts + verdict[1], unjudged + verdict[2]
+    if "energy_note" in res.columns or name == "energy":  # every figure given, or absent with its reason
+        e_problems, e_facts = E.check_energy(res, gpu, need_figure=name == "energy")
+        problems, facts = problems + e_problems, facts + e_facts
     return problems, facts, unjudged
 
 
@@ -538,10 +551,11 @@ def c_latency_ranks(args, torch):
     t = R.transport_by_name(args.transport)
     nbytes = (1 << 20) if t.device == "cuda" else (64 << 10)
     out = R.launch_ranks(R.rank_latency, t, 2, nbytes, 20, timeout_s=30.0)
-    status, line = R.latency_verdict(out, 2, f"{t.describe()}, all_reduce {nbytes >> 10} KiB")
-    if t.backend == "gloo" and t.device == "cuda":  # why every first try reads early there
+    want = None if t.device != "cuda" else ("none" if t.backend == "gloo" else "spin")
+    status, line = R.latency_verdict(out, 2, f"{t.describe()}, all_reduce {nbytes >> 10} KiB", want_hold=want)
+    if want == "none":  # why no sample is held there
         line += ("; gloo's wait() blocks the host until the op is done, so a start event has always fired by then: "
-                 "the holds double to their cap on the first sample, agreed by every rank (NCCL's wait does not block)")
+                 "the loop's probe finds it and times every sample with its dispatch, agreed by every rank")
     report(status, "item 1 latency ranks", line)
 
 

@@ -141,6 +141,13 @@ def barrier_verdict(rows: list[dict], modes: list[str]) -> tuple[list, list, lis
             problems.append(f"{r['mode']}: barrier {t} s (want > 0 and < {BARRIER_MAX_S:g} s)")
         else:
             facts.append(f"{r['mode']} {t * 1e6:.1f} us")
+        if r.get("mode") == "latency" and r.get("device_type") == "cuda":  # its wait blocks the host: never held
+            if r.get("latency_hold") != "none" or _num(r.get("samples_with_dispatch")) != _num(r.get("iters")):
+                problems.append(f"latency: barrier timed with hold {r.get('latency_hold')!r}, "
+                                f"{r.get('samples_with_dispatch')} of {r.get('iters')} samples with their dispatch "
+                                "(want 'none', every one)")
+            else:
+                facts.append("latency: no hold (the barrier's wait blocks the host), as declared")
     return problems, facts, []
 
 

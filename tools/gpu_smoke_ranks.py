@@ -105,9 +105,12 @@ def transport_by_name(name: str) -> Transport:
 
 # ---- verdicts (pure) --------------------------------------------------------------------------
 
-def latency_verdict(out: dict, world: int, label: str) -> tuple[str, str]:
+def latency_verdict(out: dict, world: int, label: str, want_hold: str | None = None) -> tuple[str, str]:
     """Item 1: every rank finished, with the same number of samples and the same holds (the
-    retry of a CUDA latency sample is agreed by all ranks). out: {rank: _rank_latency's dict}."""
+    retry of a CUDA latency sample is agreed by all ranks). out: {rank: _rank_latency's dict}.
+    want_hold: the loop's verdict on the op's wait that this transport must give ('spin' on NCCL,
+    whose all_reduce wait does not block the host; 'none' on gloo with CUDA tensors, whose wait
+    does); None: not judged (host timers)."""
     missing = sorted(set(range(world)) - set(out))
     if missing:
         return "FAILED", f"ranks {missing} returned nothing ({label})"
@@ -119,10 +122,16 @@ def latency_verdict(out: dict, world: int, label: str) -> tuple[str, str]:
         problems.append(f"samples per rank differ or are missing: {n}")
     if len(set(holds.values())) != 1:
         problems.append(f"holds differ between ranks: { {r: len(h) for r, h in holds.items()} }")
+    modes = {r: o.get("hold", "") for r, o in out.items()}
+    if want_hold is not None and set(modes.values()) != {want_hold}:
+        problems.append(f"the loop timed the samples with hold {sorted(set(modes.values()))}, want '{want_hold}'")
+    if want_hold == "spin" and any(o.get("dispatch_in") for o in out.values()):
+        problems.append(f"samples kept at the capped hold: { {r: o.get('dispatch_in') for r, o in out.items()} }")
     h0 = holds[0]
     retries = len(h0) - n[0] if h0 else 0
     hold = (f"{len(h0)} spin-kernel holds, up to {max(h0)} cycles, {retries} retried sample(s), equal on every rank"
-            if h0 else "host timers (no hold: the CUDA retry path needs CUDA)")
+            if h0 else "no hold: the op's wait blocks the host (timed with its dispatch)" if modes.get(0) == "none"
+            else "host timers (no hold: the CUDA retry path needs CUDA)")
     line = f"{world} ranks on {label}: {n[0]} samples each, median (max over ranks) {med * 1e3:.3f} ms; {hold}"
     return ("FAILED" if problems else "ok"), "; ".join(problems + [line])
 
@@ -355,8 +364,12 @@ def rank_latency(info, nbytes: int, iters: int) -> dict:
     finally:
         if orig is not None:
             torch.cuda._sleep = orig
+    from bench.timing.loop import HOLD_PROBE_CYCLES  # lazy: rank process
+
+    if holds and holds[0] == HOLD_PROBE_CYCLES:  # the blocking-wait probe's hold, before the samples
+        holds = holds[1:]
     return {"samples": len(res.samples_s), "median_s": float(np.median(res.samples_s)), "holds": holds,
-            "device": str(info.device)}
+            "hold": res.hold, "dispatch_in": res.dispatch_in, "device": str(info.device)}
 
 
 def rank_cases(info, cases: list, steps: int) -> dict:
