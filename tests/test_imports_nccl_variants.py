@@ -87,7 +87,7 @@ def test_a_finished_run_that_failed_its_check_is_imported_with_its_wrong_counts(
     rc = main(["import", "nccl-tests", str(f), "--out", str(tmp_path / "res")])
     out = capsys.readouterr()
     assert rc == 1, out.err  # as a distbench run that found wrong results
-    assert "nccl-tests's own check failed (128 wrong element(s); Out of bounds values : 4 FAILED; line" in out.err
+    assert "nccl-tests says its own check failed (128 wrong element(s); Out of bounds values : 4 FAILED; line" in out.err
     run_dir = Path(out.out.strip().rsplit(": ", 1)[1])
     meta = json.loads((run_dir / "meta.json").read_text())
     src = meta["source"]["files"][0]
@@ -492,3 +492,12 @@ def test_alltoallv(tmp_path, capsys):
     g.write_text(_log("alltoallv_perf", _alltoallv_rows(4, 1.0), _header(stamp=False)))
     with pytest.raises(BenchError, match=r"is not alltoallv's bus factor at 4 ranks \(0\.7500"):
         nccl_tests.parse_runs(g)
+
+
+def test_launcher_prefixes_set_a_floor_on_the_world(tmp_path, capsys):
+    """OpenMPI --tag-output prefixes `[1,7]<stdout>:`: at least 8 processes printed; `-np 2` cannot be."""
+    lines = _no_ranks(TEXT.read_text(), "$ mpirun -np 2 ./build/all_reduce_perf -b 8 -e 128M -f 4").splitlines()
+    f = tmp_path / "all_reduce.log"
+    f.write_text("\n".join(f"[1,{7 if k == 2 else 0}]<stdout>:{ln}" for k, ln in enumerate(lines)))
+    rc = main(["import", "nccl-tests", str(f), "--out", str(tmp_path / "res")])
+    _one_line_error(capsys, rc, "world 2 from the command line (mpirun -np 2)", "show at least 8 process(es)")

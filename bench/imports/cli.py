@@ -56,6 +56,6 @@ def cmd_import(args) -> int:
     print(f"# imported {rows} row(s) of {len(parsed)} run(s) from {len(args.files)} {mod.TOOL} file(s): {path}")
     failed = [(p.file, p.check_failed()) for p in parsed if p.check_failed()]
     for f, why in failed:
-        print(f"distbench: {f}: {mod.TOOL}'s own check failed ({'; '.join(why)}): the results were imported, "
-              "flagged wrong", file=sys.stderr)
+        print(f"distbench: {f}: {mod.TOOL} says its own check failed ({'; '.join(why)}): the results were "
+              "imported, flagged wrong", file=sys.stderr)
     return 1 if failed else 0  # as a distbench run that found wrong results

@@ -123,7 +123,7 @@ def from_argv(argv: list[str], opts: Options, path: str) -> None:
             i += 1
             val = args[i]
         if flag is not None and val is not None:
-            opts.from_command(flag, _value(flag, val, path))
+            opts.from_command(flag, _value(flag, val))
         i += 1
     a = opts.value("a")
     if a not in AVERAGE:
@@ -131,13 +131,13 @@ def from_argv(argv: list[str], opts: Options, path: str) -> None:
                          "2 (min), 3 (max) only: what its figures are is unknown")
 
 
-def _value(flag: str, text: str, path: str):
+def _value(flag: str, text: str):
     if flag in ("d", "o", "J", "b", "e", "i"):  # names and sizes (1M, 8G): kept as written
         return text
-    try:
-        return int(text, 0)  # strtol(optarg, NULL, 0)
-    except ValueError:
-        raise BenchError(f"'{path}': -{flag} '{text}' on its command line is not a number") from None
+    m = re.match(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", text)  # strtol(optarg, NULL, 0)
+    if m is None:
+        return 0  # strtol reads no digits: 0, as nccl-tests takes it
+    return int(m.group(1) + m.group(2), 16 if m.group(2)[:2].lower() == "0x" else 8 if m.group(2)[:1] == "0" else 10)
 
 
 def from_nthread_line(body: str, where: str, opts: Options) -> None:

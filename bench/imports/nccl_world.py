@@ -155,13 +155,18 @@ def resolve(*, path: str, given: int | None, ranks: int, argv: list[str], per_pr
     if given:
         return given, "--world"
     procs, said, launched = launcher_processes(argv)
+    world, how = None, ""
     if procs and launched:
-        return procs * per_proc, f"the command line ({said}) x {per_proc} rank(s) per process (nThread x nGpus)"
-    world, how = _from_table(program, rows, per_proc, max(1, tagged) * per_proc)
+        world, how = procs * per_proc, f"the command line ({said}) x {per_proc} rank(s) per process (nThread x nGpus)"
+    else:
+        world, how = _from_table(program, rows, per_proc, max(1, tagged) * per_proc)
+        if not world and procs:  # a command line with no launcher in front of the program
+            world, how = procs * per_proc, f"the command line ({said}: one process) x nThread x nGpus {per_proc}"
+    if world and world < tagged * per_proc:
+        raise BenchError(f"'{path}': world {world} from {how}, but launcher prefixes ([1,N]<stdout>) show at least "
+                         f"{tagged} process(es) of {per_proc} rank(s); give --world N")
     if world:
         return world, how
-    if procs:  # a command line with no launcher in front of the program
-        return procs * per_proc, f"the command line ({said}: one process) x nThread x nGpus {per_proc}"
     seen = f"; launcher prefixes show at least {tagged} process(es)" if tagged > 1 else ""
     raise BenchError(f"'{path}': does not say how many ranks ran; tried: '#  Rank' lines (none), the command "
                      f"line ({said}), {how}{seen}; nThread x nGpus ({per_proc}) counts one process only; give "
