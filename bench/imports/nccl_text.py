@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.imports import Parsed, infer, result_row
-from bench.imports.nccl_names import OPS, PROGRAMS, TYPES, collective_of, nccl_version_text, number
+from bench.imports.nccl_names import OPS, PROGRAMS, TYPES, collective_of, nccl_version_text
 from bench.imports.nccl_options import Options, argv_of, from_argv, from_comment, from_header, from_nthread_line
 from bench.imports.nccl_rows import judge_errors, last_row, pre_2020_gather_algbw, read_rows, tokens
 from bench.imports.nccl_world import check, resolve, tagged_processes
