@@ -170,3 +170,22 @@ def test_a_real_launch_stores_figures_that_are_the_formulas_of_its_samples(tmp_p
     assert main(["report", str(run_dir), "--output-dir", str(tmp_path / "rep")]) == 0
     pngs = sorted(p.name for p in (tmp_path / "rep").rglob("*overlap-*.png"))
     assert any("hidden" in p for p in pngs) and any("ddp" in p for p in pngs)
+
+
+def test_nccl_channel_counts_are_one_launch_each_under_the_ctas_variables(monkeypatch):
+    import dataclasses
+
+    from bench.errors import BenchError
+    from bench.overlap.config import OverlapConfig
+    from bench.overlap.kind import plan, units
+
+    monkeypatch.delenv("RANK", raising=False)
+    cfg = OverlapConfig(collectives=("all_reduce",), sizes=("1M",), training=(), nccl_ctas=(2, 16))
+    p = plan(cfg, "nccl", (2,))
+    assert [(lp.key, lp.env, lp.config.nccl_ctas) for lp in p.launches] == [
+        ("2:ctas2", {"NCCL_MIN_CTAS": "2", "NCCL_MAX_CTAS": "2"}, (2,)),
+        ("2:ctas16", {"NCCL_MIN_CTAS": "16", "NCCL_MAX_CTAS": "16"}, (16,))]
+    assert [u.key for u in units(p.launches[1].config, 2, {})[0]] == ["overlap.all_reduce.float32.gemm.ctas16@1048576B"]
+    with pytest.raises(BenchError, match="sets NCCL's channels and this run uses gloo"):
+        plan(cfg, "gloo", (2,))
+    assert len(plan(dataclasses.replace(cfg, nccl_ctas=()), "gloo", (2,)).launches) == 1

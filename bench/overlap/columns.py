@@ -22,6 +22,7 @@ OVERLAP = {
     "ideal_hidden_share": "float64",  # overlap: pair: min(comm, compute) / comm (perfect overlap, no interference)
     "buckets": "int64",  # overlap: ddp: DDP's gradient buckets (after its rebuild)
     "bucket_bytes": "string",  # overlap: ddp: each bucket's bytes, comma list, in all-reduce order
+    "nccl_ctas": "int64",  # overlap: NCCL_MIN_CTAS = NCCL_MAX_CTAS of the launch (NCCL's channels); null: NCCL's own choice
     "prefetch": "string",  # overlap: fsdp: explicit (set_modules_to_forward/backward_prefetch) | implicit (FSDP2's default)
 }
 

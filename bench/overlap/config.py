@@ -37,8 +37,9 @@ class OverlapConfig(RunConfig):
     batch: int = 16  # samples per rank per step
     bucket_cap_mb: tuple[float, ...] = (1.0, 4.0, 25.0)  # DDP bucket sizes, MB (bucket_cap_mb), one training variant each
     steps: int = 10  # timed training steps of each variant, interleaved
+    nccl_ctas: tuple[int, ...] = ()  # nccl: one launch per value k under NCCL_MIN_CTAS=NCCL_MAX_CTAS=k (NCCL's channels)
 
-    empty_ok: typing.ClassVar[tuple[str, ...]] = ("collectives", "training")  # either part may be left out
+    empty_ok: typing.ClassVar[tuple[str, ...]] = ("collectives", "training", "nccl_ctas")  # either part may be left out
 
     def __post_init__(self):
         super().__post_init__()
@@ -63,6 +64,7 @@ class OverlapConfig(RunConfig):
         at_least("steps", self.steps, 5)
         if not self.compute_s > 0:
             raise BenchError(f"compute_s {self.compute_s} must be > 0 (seconds of one compute action)")
+        at_least("nccl_ctas", self.nccl_ctas)
         for b in self.bucket_cap_mb:
             if not b > 0:
                 raise BenchError(f"bucket_cap_mb {b} must be > 0 (DDP's bucket_cap_mb)")

@@ -7,13 +7,17 @@ bucket_cap_mb: the step against the step under no_sync and the bucket all-reduce
 with explicit and implicit prefetch; bench.overlap.training).
 """
 
+import dataclasses
 from dataclasses import dataclass
 
+from bench.errors import BenchError
 from bench.kind import KINDS, Kind, Memory, Metric, Reading, Report, drawn_by
+from bench.kind import LaunchPlan, Plan, one_launch_per_world
 from bench.options import overrides
 from bench.overlap.columns import COLUMNS
 from bench.overlap.config import COLLECTIVES, OverlapConfig
 from bench.overlap.summary import OverlapLive, overlap_summary
+from bench.suite import int_list
 from bench.units import parse_size
 
 
@@ -56,10 +60,14 @@ def add_options(p):
     p.add_argument("--batch", type=int, default=None, help="samples per rank per step (each rank's mini-batch)")
     p.add_argument("--bucket-cap-mb", dest="bucket_cap_mb", default=None, help="ddp bucket size, MB")
     p.add_argument("--steps", type=int, default=None, help="timed steps (>= 5)")
+    p.add_argument("--nccl-ctas", dest="nccl_ctas", default=None,
+                   help="nccl: NCCL channel counts, comma list; one launch each under NCCL_MIN_CTAS=NCCL_MAX_CTAS")
 
 
 def options(args) -> dict:
     ov = overrides(args, ("collectives", "sizes", "training", "bucket_cap_mb"))
+    if args.nccl_ctas is not None:
+        ov["nccl_ctas"] = int_list(args.nccl_ctas, "nccl_ctas")
     if ov.get("collectives") == ("all",):
         ov["collectives"] = COLLECTIVES
     if ov.get("training") == ("none",):
@@ -68,8 +76,6 @@ def options(args) -> dict:
         try:
             ov["bucket_cap_mb"] = tuple(float(x) for x in ov["bucket_cap_mb"])
         except ValueError:
-            from bench.errors import BenchError  # lazy: only a bad value needs it
-
             raise BenchError(f"--bucket-cap-mb '{args.bucket_cap_mb}' is not a comma list of numbers, e.g. 1,4,25") from None
     for name in ("dtype", "compute", "gemm_n", "gemm_iters", "compute_s", "compute_threads", "reps", "warmup", "model",
                  "batch", "steps"):
@@ -78,14 +84,36 @@ def options(args) -> dict:
     return ov
 
 
+CTAS = ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
+
+
 def units(cfg: OverlapConfig, world: int, meta: dict):
-    out = [Unit("pair", f"overlap.{c}.{cfg.dtype}.{cfg.compute}", size=parse_size(s), collective=c)
+    ctas = f".ctas{cfg.nccl_ctas[0]}" if len(cfg.nccl_ctas) == 1 else ""  # a launch of one channel count
+    out = [Unit("pair", f"overlap.{c}.{cfg.dtype}.{cfg.compute}{ctas}", size=parse_size(s), collective=c)
            for c in cfg.collectives for s in cfg.sizes]
     if "ddp" in cfg.training:
-        out += [Unit("ddp", f"overlap.ddp.{cfg.model}.bucket{b:g}MB", bucket_mb=b) for b in cfg.bucket_cap_mb]
+        out += [Unit("ddp", f"overlap.ddp.{cfg.model}.bucket{b:g}MB{ctas}", bucket_mb=b) for b in cfg.bucket_cap_mb]
     if "fsdp" in cfg.training:
-        out += [Unit("fsdp", f"overlap.fsdp.{cfg.model}.{p}", prefetch=p) for p in ("implicit", "explicit")]
+        out += [Unit("fsdp", f"overlap.fsdp.{cfg.model}.{p}{ctas}", prefetch=p) for p in ("implicit", "explicit")]
     return out, []
+
+
+def plan(cfg: OverlapConfig, backend: str, worlds) -> Plan:
+    """One launch per world; with nccl_ctas, one per world and channel count, each under
+    NCCL_MIN_CTAS = NCCL_MAX_CTAS = k (NCCL reads them once per process: a fresh launch each)."""
+    if not cfg.nccl_ctas:
+        return one_launch_per_world(cfg, backend, worlds)
+    if backend != "nccl":
+        raise BenchError(f"nccl_ctas {list(cfg.nccl_ctas)} sets NCCL's channels and this run uses {backend}; "
+                         "drop it or use --backend nccl")
+    from bench.distributed.launch import launched_externally  # lazy: the launch side only
+
+    if launched_externally():
+        raise BenchError(f"nccl_ctas {list(cfg.nccl_ctas)} needs a fresh launch per value; under torchrun / srun "
+                         "set NCCL_MIN_CTAS and NCCL_MAX_CTAS in the job's environment instead")
+    return Plan(launches=[LaunchPlan(world=w, config=dataclasses.replace(cfg, nccl_ctas=(k,)),
+                                     env={v: str(k) for v in CTAS}, key=f"{w}:ctas{k}", part_prefix=f"w{w}-ctas{k}-")
+                          for w in worlds for k in cfg.nccl_ctas])
 
 
 def estimate_s(cfg: OverlapConfig, unit: Unit) -> float:
@@ -124,12 +152,12 @@ KIND = KINDS.register(Kind(
     module=__name__, name="overlap", help="how much communication a step hides: a collective against compute "
                                           "(alone, alone, together) and DDP / FSDP steps' exposed communication",
     config=OverlapConfig, columns=COLUMNS, tables=("results", "overlap_samples", "telemetry"),
-    add_options=add_options, options=options, units=units, measure=measure, estimate_s=estimate_s,
+    add_options=add_options, options=options, units=units, measure=measure, estimate_s=estimate_s, plan=plan,
     memory=Memory(need=need, fits=fits),
     read=Reading(metrics=(Metric("time_median_s", True, True), Metric("hidden_share", False, False),
                           Metric("overlap_exposed_s", True, False)),
                  group="overlap_test",
-                 settings=("gemm_n", "gemm_iters", "compute_threads", "compute_target_s", "batch", "model")),
+                 settings=("gemm_n", "gemm_iters", "compute_threads", "compute_target_s", "batch", "model", "nccl_ctas")),
     report=Report(title="Overlap: communication hidden behind compute", section=drawn_by("bench.overlap.plots", "section"),
                   headline=drawn_by("bench.overlap.plots", "headline"), summary=overlap_summary, live=OverlapLive),
 ))

@@ -116,7 +116,7 @@ def measure_pair(unit, launch) -> dict:
            "compute_threads": cfg.compute_threads if info.device.type == "cpu" else None,
            "compute_target_s": cfg.compute_s if cfg.compute == "sleep" else None,
            **pair_columns(med["comm"], med["compute"], med["both"], med["both.comm"], med["both.compute"]),
-           "wrong": 0, "checks": 0}
+           "wrong": 0, "checks": 0, "nccl_ctas": cfg.nccl_ctas[0] if len(cfg.nccl_ctas) == 1 else None}
     samples = [{"run_id": launch.run_id, "case_id": unit.key, "size_bytes": size, "placement": PLACEMENT,
                 "rank": r, "iteration": i, "part": p, "seconds": float(v)}
                for p in parts for r, row_ in enumerate(per_rank[p]) for i, v in enumerate(row_)]

@@ -166,7 +166,7 @@ def _rows(unit, launch, mine: dict, extra: dict) -> dict:
            "warmup_iters": cfg.warmup, "iters": cfg.steps, **st.columns(), "samples": st.n,
            "overlap_test": unit.test, "overlap_both_s": med["step"], "overlap_compute_s": med["step.nocomm"],
            "overlap_comm_s": med["comm"], "overlap_exposed_s": exposed, "hidden_share": hidden,
-           "batch": cfg.batch, **extra, "wrong": 0, "checks": 0}
+           "batch": cfg.batch, **extra, "wrong": 0, "checks": 0, "nccl_ctas": cfg.nccl_ctas[0] if len(cfg.nccl_ctas) == 1 else None}
     samples = [{"run_id": launch.run_id, "case_id": unit.key, "size_bytes": 0, "placement": unit.test,
                 "rank": r, "iteration": i, "part": p, "seconds": float(v)}
                for p in PARTS for r, vals in enumerate(per_rank[p]) for i, v in enumerate(vals)]
