@@ -7,7 +7,8 @@ from bench.timing.busbw import FACTORS, bus_factor
 
 UNIT = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter", "all_gather": "all_gather",
         "alltoall": "all_to_all", "gather": "gather", "scatter": "scatter", "reduce": "reduce",
-        "broadcast": "broadcast", "sendrecv": "sendrecv"}
+        "broadcast": "broadcast", "sendrecv": "sendrecv",
+        "alltoallv": "all_to_all"}  # nccl-tests' alltoallv (imported runs only): all_to_all's factor, (n - 1) / n
 
 
 @pytest.mark.parametrize("program", sorted(FACTORS))

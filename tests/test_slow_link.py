@@ -60,8 +60,9 @@ def test_the_loop_tells_the_limit_what_it_needs(monkeypatch):
         unwatch()
     assert res.ops == MIN_SAMPLES and len(res.samples_s) == MIN_SAMPLES and clock.calls == 5 + MIN_SAMPLES
     assert res.samples_s == pytest.approx([2.7] * MIN_SAMPLES) and res.warmup_s == pytest.approx(2.7)
-    # after the first warm-up op: 2.7 s x (5 warm-up + 5 samples); after the count: 2.7 s x (5 + 1)
-    assert needs == pytest.approx([2.7 * 10, 2.7 * 6])
+    # after the first warm-up op: 2.7 s x (5 warm-up + 5 samples); after the count: 2.7 s x (5 + 1);
+    # after 4 samples timed in full (the latency count sized again): 2.7 s x the 1 sample left
+    assert needs == pytest.approx([2.7 * 10, 2.7 * 6, 2.7 * 1])
 
 
 def test_a_derived_limit_grows_to_a_multiple_of_what_is_needed():
