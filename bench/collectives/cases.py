@@ -41,6 +41,17 @@ def members(rank: int, world: int, size: int) -> list[int]:
     return list(range(first, first + size))
 
 
+def group_scope(node_ranks: list[int], size: int) -> str:
+    """Where the groups of `size` consecutive ranks sit (node_ranks: each world rank's node):
+    'intra' when every group is inside one node, 'inter' when every group spans nodes, 'mixed'
+    when some do. Stored per row at measure time: the planner prices a group's collective with
+    the fit of its own scope, not the launch's."""
+    world = len(node_ranks)
+    size = size or world
+    spans = {len({node_ranks[r] for r in range(first, min(first + size, world))}) > 1 for first in range(0, world, size)}
+    return "mixed" if len(spans) > 1 else ("inter" if spans.pop() else "intra")
+
+
 _GROUPS: dict = {}
 
 
@@ -144,7 +155,7 @@ def measure(unit: Unit, launch) -> dict:
                                             launch.node_ranks, rank_reduce_for(cfg.rank_reduce, loop.mode))
         tables["results"].append({
             **launch.base_row(), **key, "collective": case.collective, "algorithm": "native", "count": ctx.count,
-            "group_size": n, "groups": info.world // n,
+            "group_size": n, "groups": info.world // n, "group_scope": group_scope(launch.node_ranks, n),
             "dtype": case.dtype, "op": case.op, "root": case.root, "mode": case.mode, "blocking": loop.blocking, "warmup_iters": loop.warmup,
             "iters": res.ops, "warmup_op_s": warm, "latency_hold": res.hold,
             "samples_with_dispatch": res.dispatch_in if res.hold else None, **cols, "checks": cfg.check if coll.sized else 0, "wrong": wrong,

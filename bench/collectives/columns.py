@@ -4,6 +4,7 @@ the message-size sweep columns every sized kind shares, bench.results.schema.COL
 COLLECTIVES = {
     "group_size": "Int64",  # ranks per communicator (the n of busbw); the world when one group holds every rank
     "groups": "Int64",  # communicators running the collective at once (world / group_size; --group-size)
+    "group_scope": "string",  # intra (every group inside one node) | inter (every group spans nodes) | mixed; decided per group at measure time
     "max_error": "float64",  # imported nccl-tests before 2.13: its `error` column (the largest deviation), as printed
     "tool_options": "string",  # imported runs: the tool's options that change what its time means (nccl-tests `-z 1 -G 10`); '' its defaults; null (distbench) read as ''
 }

@@ -5,7 +5,9 @@ fitted on a stored collectives run of the target machine, and where each layout'
 
 S is the collective's size as the run stores it (`size_bytes`, nccl-tests' S: an all_gather's
 output, a reduce_scatter's input, an all_reduce's buffer); scope is `intra` (every rank of the
-group on one node) or `inter` (the group crosses nodes: a run whose launch spans nodes); k is how
+group on one node) or `inter` (the group crosses nodes), as each row's `group_scope` says (decided
+per group when it was measured; a run stored without it takes its launch's: inter when the launch
+spans nodes, said in the source); k is how
 many groups ran it at once (`distbench collectives --group-size n` at world k x n; 1 without). The
 fit is the shared one (bench.timing.alphabeta, one step of S bytes per call: per group size it is
 exact for any algorithm whose cost is a + b S), over the median time per size.
@@ -162,14 +164,33 @@ def comm_of(run_dir, machine: str = "") -> Comm:
             return pd.Series(default, index=res.index, dtype=float)
         return pd.to_numeric(res[name], errors="coerce").fillna(default)
 
-    df = res.assign(scope=["inter" if n > 1 else "intra" for n in col("nodes", 1)],
-                    _n=col("group_size", 0).where(lambda n: n > 0, col("world", 0)).astype(int),
+    scope, from_launch = scopes_of(res, col("nodes", 1))
+    df = res.assign(scope=scope, _n=col("group_size", 0).where(lambda n: n > 0, col("world", 0)).astype(int),
                     _k=col("groups", 1).astype(int))
     df, modes = _preferred_mode(df)
     g = df.groupby(["collective", "_n", "scope", "size_bytes", "_k"])["time_median_s"].median().reset_index()
     g = g[["collective", "_n", "scope", "size_bytes", "time_median_s", "_k"]]
     source = source_of(meta, run_dir) + (f" ({', '.join(modes)} mode)" if modes else "")
+    if from_launch:
+        source += (f"; scope from the launch for {from_launch} multi-node row(s) stored without group_scope "
+                   "(a group inside a node is priced as inter-node)")
     return fit_rows(g.itertuples(index=False, name=None), source, machine, ranks_per_node_of(meta))
+
+
+def scopes_of(res: pd.DataFrame, nodes: pd.Series) -> tuple[list[str], int]:
+    """Each row's scope: its `group_scope` as measured (bench.collectives.cases.group_scope; a mixed
+    launch, some groups across nodes, is priced as inter: its slowest group sets the pace); where a
+    row has none (an older run, an import), the launch's: inter when it spanned nodes. Also how many
+    multi-node rows took the launch's."""
+    stored = res["group_scope"] if "group_scope" in res.columns else pd.Series(None, index=res.index, dtype=object)
+    out, from_launch = [], 0
+    for s, n in zip(stored, nodes):
+        if isinstance(s, str) and s:
+            out.append("intra" if s == "intra" else "inter")
+        else:
+            out.append("inter" if n > 1 else "intra")
+            from_launch += int(n > 1)
+    return out, from_launch
 
 
 def _preferred_mode(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
