@@ -16,7 +16,7 @@ from bench.imports import cli as import_cli
 from bench.imports import injob_cli
 from bench.jobspec import cli as jobspec_cli
 from bench.overhead import cli as telemetry_cli
-from bench.pipeline import plan_cli
+from bench.plan import cli as plan_cli
 from bench.regress import cli as regress_cli
 from bench.regress import history_cli
 from bench.report import cli as report_cli

@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 
-from bench.pipeline import plan as pl
+from bench.plan import model as pl
 from bench.training.replay import gpipe_order, one_f_one_b_order, replay
 
 

@@ -4,7 +4,7 @@ per step and beta in seconds per byte (the bandwidth is 1 / beta), for the allre
 
 import pytest
 
-from bench.pipeline import plan as pl
+from bench.plan import model as pl
 from bench.timing import alphabeta
 
 

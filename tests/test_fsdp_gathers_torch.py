@@ -1,4 +1,4 @@
-"""The planner's FSDP gather rule (bench.pipeline.plan_compose.fsdp_gathers) against torch itself:
+"""The planner's FSDP gather rule (bench.plan.compose.fsdp_gathers) against torch itself:
 which actions of torch.distributed.pipelining's schedules all-gather a stage's parameters under
 FSDP2, counted on two gloo ranks (one pipeline rank, fsdp 2) by wrapping the all-gather FSDP2
 calls. The stages are built as the trainer builds them (bench.training.layout.parallelize): every
@@ -87,8 +87,8 @@ def _gathers(info, schedule: str, chunks: int) -> list:
 @pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "looped_bfs"])
 def test_fsdp_gathers_is_what_torch_gathers(schedule):
-    from bench.pipeline import plan as pl
-    from bench.pipeline.plan_compose import fsdp_gathers
+    from bench.plan import model as pl
+    from bench.plan.compose import fsdp_gathers
     from bench.training import schedules as scheds
 
     chunks = 4
@@ -111,8 +111,8 @@ def test_interleaved_and_looped_bfs_gather_equally_often_on_one_rank():
     """pp1, two stages on the rank, m=8: 18 gathers per step either way. Interleaved: a forward that
     follows its stage's backward reuses the parameters, so 3 forwards gather and 15 of 16 backwards
     (stage 0's last follows a backward). Looped BFS: every forward, then each stage's first backward."""
-    from bench.pipeline import plan as pl
-    from bench.pipeline.plan_compose import fsdp_gathers
+    from bench.plan import model as pl
+    from bench.plan.compose import fsdp_gathers
 
     got = {s: fsdp_gathers(pl.torch_order(s, 1, 8)) for s in ("interleaved", "looped_bfs")}
     kinds = {s: sorted(k for _, k, _ in g) for s, g in got.items()}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.pipeline import plan_launch
+from bench.plan import launch as plan_launch
 from bench.regress import ab
 from bench.regress import baseline as bl
 from bench.regress import bisect as bs

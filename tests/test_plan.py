@@ -1,11 +1,11 @@
-"""distbench plan's model (bench.pipeline.plan, plan_fit): the calibration recovers known costs
+"""distbench plan's model (bench.plan.model, plan_fit): the calibration recovers known costs
 exactly, and a prediction is what its own replay says."""
 
 import pytest
 
 from bench.errors import BenchError
-from bench.pipeline import plan as pl
-from bench.pipeline import plan_fit as pf
+from bench.plan import model as pl
+from bench.plan import fit as pf
 from bench.training.replay import gpipe_order, one_f_one_b_order, replay
 
 from plan_fixtures import (

@@ -1,4 +1,4 @@
-"""`distbench plan` on stored runs (bench.pipeline.plan_cli, plan_runs, plan_search): it ranks
+"""`distbench plan` on stored runs (bench.plan.cli, plan_runs, plan_search): it ranks
 the candidates, says they are predictions and why the best won, and refuses bad input in one line."""
 
 import json

@@ -1,4 +1,4 @@
-"""`distbench plan` measuring its own runs (bench.pipeline.plan_launch): --calibrate and --validate
+"""`distbench plan` measuring its own runs (bench.plan.launch): --calibrate and --validate
 alone launch their suites (faked here), A B B A when both, and refuse bad input before any launch."""
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.pipeline import plan as pl
+from bench.plan import model as pl
 
 from plan_fixtures import observe, CAL, CPU_BOX, stored, held_run
 

@@ -1,5 +1,5 @@
 """distbench plan across layouts: pp x dp x fsdp x tp candidates composed from a pipeline calibration
-and the target machine's collectives (bench.pipeline.plan_comm, plan_compose), each term an exact
+and the target machine's collectives (bench.plan.comm, plan_compose), each term an exact
 formula here; validation over held-out layouts with Kendall's tau and the top pick's shortfall."""
 
 import json
@@ -10,11 +10,11 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.pipeline import plan as pl
-from bench.pipeline import plan_comm as pc
-from bench.pipeline import plan_fit as pf
-from bench.pipeline import plan_search as ps
-from bench.pipeline import plan_validate as pv
+from bench.plan import model as pl
+from bench.plan import comm as pc
+from bench.plan import fit as pf
+from bench.plan import search as ps
+from bench.plan import validate as pv
 from bench.training.replay import replay
 
 from plan_fixtures import BASE, CAL, OVERHEAD, PER_SAMPLE, TRUE, machine_meta, order_of, stored
@@ -166,7 +166,7 @@ def test_fsdp_gathers_a_stage_only_where_torchs_pipelining_left_it_sharded():
     the parameters between backward micro-batches (set_reshard_after_backward(False)): an action
     gathers where its stage is sharded: in GPipe every F and the first B; in 1F1B's steady state
     the B (after an F) and not the F (after a B)."""
-    from bench.pipeline.plan_compose import fsdp_gathers
+    from bench.plan.compose import fsdp_gathers
 
     for schedule, want in GATHERS.items():
         got = fsdp_gathers(order_of(schedule, 2, 4))
@@ -461,7 +461,7 @@ def test_a_layouts_host_cost_is_fitted_at_one_depth_and_composes_another(tp, fsd
     run prices them (DTensor's dispatch, FSDP2's hooks and copies): measured at one pipeline depth
     (pp1, both stages on one rank, world 2), the two factors are recovered exactly, and a pp2
     candidate of that layout (not measured) is the composition with them, labelled."""
-    from bench.pipeline import plan_compose as pcm
+    from bench.plan import compose as pcm
     from bench.workloads.specs import get_spec
 
     f, h = 1.5, 2.0
@@ -502,7 +502,7 @@ def test_a_composed_candidate_starts_from_the_stage_times_of_its_own_world():
     """On a shared host a stage time carries as many ranks computing at once as its run had: pp1 x tp2
     (world 2) starts from the pp2 pipeline's (world 2), pp2 x tp2 (world 4) from pp2 x dp2's."""
     from plan_fixtures import observe_dp
-    from bench.pipeline.plan_compose import base_for
+    from bench.plan.compose import base_for
 
     cals = pf.fit_layouts(CAL + [observe_dp(s, m) for s in ("gpipe", "1f1b") for m in (2, 8)], order_of)
     one = pl.Candidate(stages=1, tp=2, schedule="interleaved", chunks=4, micro_batch=256)
@@ -517,7 +517,7 @@ def test_a_calibrated_dp_degree_at_another_world_is_composed_from_the_stage_time
     candidate is composed from pp2's stage times plus its gradient all-reduce (measured on 2 cores:
     predicted from pp2 x dp2's, pp1 x dp2 read 2.4x too slow); without one it stays pp2 x dp2's."""
     from plan_fixtures import observe_dp
-    from bench.pipeline.plan_compose import compose
+    from bench.plan.compose import compose
     from bench.workloads.specs import get_spec
 
     cals = pf.fit_layouts(CAL + [observe_dp(s, m) for s in ("gpipe", "1f1b") for m in (2, 8)], order_of)
@@ -539,7 +539,7 @@ def test_a_composed_case_the_pipelines_cannot_price_is_left_out_of_the_host_cost
     """A measured pp2 x tp2 case in a checkpoint mode the pipelines never ran: the composition
     cannot price it (the mode's recompute is unknown), so it fits no host cost, and no error: it
     is still its own layout's measured calibration."""
-    from bench.pipeline.plan_compose import fit_host
+    from bench.plan.compose import fit_host
     from bench.workloads.specs import get_spec
 
     cals = pf.fit_layouts(CAL, order_of)

@@ -1,5 +1,5 @@
 """Issue 31 item 5: the machine of every calibration, validation and prediction
-(bench.pipeline.plan_runs, plan_fit, plan_validate)."""
+(bench.plan.runs, plan_fit, plan_validate)."""
 
 import json
 import re
@@ -10,8 +10,8 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.pipeline import plan as pl
-from bench.pipeline import plan_fit as pf
+from bench.plan import model as pl
+from bench.plan import fit as pf
 
 from plan_fixtures import (
     order_of, observe, CAL, observe_linked, machine_meta, CPU_BOX, stored, stored_sendrecv, H100, GPU_BOX,
@@ -29,7 +29,7 @@ def test_calibration_cases_of_two_machines_are_refused():
 
 
 def test_observations_carry_the_machine_their_run_was_measured_on(tmp_path):
-    from bench.pipeline.plan_runs import observations
+    from bench.plan.runs import observations
 
     gpu = stored(tmp_path, "gpu", CAL[:1], machine_meta(H100, nodes=2, world=4))
     cpu = stored(tmp_path, "cpu", CAL[:1])

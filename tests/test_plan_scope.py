@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from bench.collectives.cases import group_scope
-from bench.pipeline import plan_comm as pc
+from bench.plan import comm as pc
 from plan_fixtures import machine_meta
 
 SIZES = (4096, 65536, 1 << 20)

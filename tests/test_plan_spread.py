@@ -1,4 +1,4 @@
-"""The calibration's launch-to-launch spread (bench.pipeline.plan_fit.launch_spread): how far a
+"""The calibration's launch-to-launch spread (bench.plan.fit.launch_spread): how far a
 configuration's step moved between the launches that measured it, and the plan's runner-ups that
 are nearer the pick than that spread."""
 
@@ -7,9 +7,9 @@ import json
 import pytest
 
 from bench.cli import main
-from bench.pipeline import plan as pl
-from bench.pipeline.plan_fit import Spread, launch_spread
-from bench.pipeline.plan_search import why
+from bench.plan import model as pl
+from bench.plan.fit import Spread, launch_spread
+from bench.plan.search import why
 
 from plan_fixtures import CAL, observe, stored
 

@@ -1,4 +1,4 @@
-"""`distbench plan --validate` (bench.pipeline.plan_validate, plan_store): predicted against
+"""`distbench plan --validate` (bench.plan.validate, plan_store): predicted against
 measured on held-out runs, per launch and over launches, per sweep, stored as a run of its own."""
 
 import json
@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from bench.cli import main
-from bench.pipeline import plan as pl
-from bench.pipeline.plan_validate import over_launches, sweeps
+from bench.plan import model as pl
+from bench.plan.validate import over_launches, sweeps
 
 from plan_fixtures import observe, CAL, observe_ckpt, CAL_CKPT, CPU_BOX, stored, held_run, stored_ckpt, observe_dp
 
@@ -50,7 +50,7 @@ def test_each_validation_sweep_says_how_far_the_models_pick_is_from_the_measured
     """Issue 22: the recommended configuration must be the measured best or within 5% of its
     throughput, per sweep (one run, one depth): the model's pick among the measured configurations,
     its measured throughput against the best measured one."""
-    from bench.pipeline.plan_validate import sweeps
+    from bench.plan.validate import sweeps
 
     def row(stages, label, pred, meas):
         return {"run_id": "v", "stages": stages, "candidate": label, "chunks": 8, "micro_batch": 128,
@@ -212,7 +212,7 @@ def test_validate_writes_its_predictions_into_a_run_of_its_own_never_into_the_ru
 
 
 def test_the_printed_sweep_says_whether_its_launches_resolve_the_shortfall(capsys):
-    from bench.pipeline.plan_cli import _print_errors
+    from bench.plan.cli import _print_errors
 
     rows = over_launches(_launch_rows({"l1": (1.0, 1.1), "l2": (1.2, 1.0), "l3": (1.0, 1.05), "l4": (1.3, 1.0)}))
     _print_errors(rows, sweeps(rows))

@@ -289,7 +289,7 @@ def test_an_overlapped_pair_sends_its_outputs_when_the_pair_ends():
 
 
 def test_dualpipev_exact_bubble_counts_the_pairs_sends():
-    from bench.pipeline.plan import torch_order
+    from bench.plan.model import torch_order
 
     order = torch_order("dualpipev", 4, 8)
     assert order.sent_with and all(a[1] == "F" for a in order.sent_with)

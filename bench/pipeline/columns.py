@@ -10,7 +10,7 @@ PLAN_PREDICTIONS = {  # a plan run of its own, by `distbench plan --validate` (d
     "candidate": "string",  # "pp<ranks>[ dp<replicas>] <schedule> m=<chunks> b=<micro-batch>[ ckpt=<mode>]"
     "stages": "int64",
     "dp": "int64",  # data-parallel replicas of the pipeline (world = stages x dp x fsdp x tp); micro_batch is one replica's
-    "tp": "int64",  # tensor-parallel degree inside every stage (predicted by composition: bench.pipeline.plan_compose)
+    "tp": "int64",  # tensor-parallel degree inside every stage (predicted by composition: bench.plan.compose)
     "fsdp": "int64",  # FSDP2 shards of every stage (predicted by composition)
     "layout": "string",  # "pp2", "pp2 dp2", "pp2 tp2", "pp2 fsdp2": the candidate's degrees above one
     "oversubscribed": "bool",  # validation: the measured case put more ranks than cores on a host (time-sharing)

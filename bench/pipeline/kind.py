@@ -66,7 +66,7 @@ def at_world(cfg, world: int):
 def _section(entries, out):
     """The strategies section of the pipeline runs, with the planner's predicted-vs-measured plot
     where a run has plan_predictions (plots imported here: matplotlib only when a report is drawn)."""
-    from bench.pipeline import plan_plots  # lazy: matplotlib only when a report is drawn
+    from bench.plan import plots as plan_plots  # lazy: matplotlib only when a report is drawn
     from bench.training import plots  # lazy: matplotlib only when a report is drawn
 
     return plan_plots.add(plots.section(entries, out, "pipeline", pipeline=True), entries, out)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.pipeline import plan as pl
-from bench.pipeline.plan_search import as_dict, calibration_runs, candidates, predict, why
+from bench.plan import model as pl
+from bench.plan.search import as_dict, calibration_runs, candidates, predict, why
 from bench.results.metadata import new_run_id, utc_now
 from bench.results.rundir import RunDir, write_json
 from bench.results.schema import SCHEMA_VERSION, conform

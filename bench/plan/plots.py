@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.pipeline.plan import mape
+from bench.plan.model import mape
 from bench.report.plots.common import Section, finish_axes, new_figure, save, style
 from bench.report.plots.data import Entry, num, table
 

@@ -15,16 +15,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.pipeline import plan as pl
-from bench.pipeline import plan_launch
-from bench.pipeline.plan_fit import Spread, fit_layouts, fit_measured, launch_spread, one_machine, one_model
-from bench.pipeline import plan_comm
-from bench.pipeline.plan_comm import comm_of
-from bench.pipeline.plan_compose import fit_host
-from bench.pipeline.plan_runs import check_p2p_machine, link, machine_of_dir, observations, target_machine
-from bench.pipeline.plan_search import Where, as_dict, calibration_runs, mib, search, why
-from bench.pipeline.plan_store import store
-from bench.pipeline.plan_validate import by_sharing, errors, per_launch, per_layout, sweeps, validate
+from bench.plan import model as pl
+from bench.plan import launch as plan_launch
+from bench.plan.fit import Spread, fit_layouts, fit_measured, launch_spread, one_machine, one_model
+from bench.plan import comm as plan_comm
+from bench.plan.comm import comm_of
+from bench.plan.compose import fit_host
+from bench.plan.runs import check_p2p_machine, link, machine_of_dir, observations, target_machine
+from bench.plan.search import Where, as_dict, calibration_runs, mib, search, why
+from bench.plan.store import store
+from bench.plan.validate import by_sharing, errors, per_launch, per_layout, sweeps, validate
 from bench.suite import resolve_suite
 from bench.training import schedules as scheds
 from bench.training.schedules import CHECKPOINTS
@@ -173,7 +173,7 @@ def cmd_plan(args) -> int:
 
 
 def _where(args, machine: str, measured: dict) -> Where:
-    """The communication the composed layouts are predicted with (bench.pipeline.plan_comm), and the
+    """The communication the composed layouts are predicted with (bench.plan.comm), and the
     composed layouts the calibration measured (predicted as measured)."""
     if args.ranks_per_node < 0:
         raise BenchError(f"--ranks-per-node {args.ranks_per_node} is not a rank count; give an integer >= 0")
@@ -197,7 +197,7 @@ def _degrees(args, cals: dict, worlds, stages, measured: dict) -> tuple[list, li
 
 def _launches(args, given: list[pl.Observation]) -> tuple[list[Path], list[Path]]:
     """The launches --calibrate measures (calibration runs, validation runs): with --validate and
-    no validation runs given, interleaved A B B A (bench.pipeline.plan_launch)."""
+    no validation runs given, interleaved A B B A (bench.plan.launch)."""
     if not args.calibrate:
         return [], []
     both = args.validate == []
@@ -261,7 +261,7 @@ def _print_plan_json(cals: dict, found, target: pl.Link | None, top: int, where:
 def _print_plan(cals: dict, found, target: pl.Link | None, to: str, how: str, top: int, memory_limit, where: Where,
                 crowded=(), spread: Spread | None = None):
     cal = next(iter(cals.values()))
-    print(f"PREDICTIONS of the pipeline model (bench.pipeline.plan), not measurements: calibrated on "
+    print(f"PREDICTIONS of the pipeline model (bench.plan.model), not measurements: calibrated on "
           f"{sum(c.cases for c in cals.values())} case(s) of {len(calibration_runs(cals))} run(s) on {cal.machine}, "
           f"model {cal.model}" + (f", predicted for {to} ({how})" if to != cal.machine else "")
           + "; overhead per action " + ", ".join(f"{pl.layout_label(r, c.dp)} {n} {v * 1e6:.0f} us"
@@ -316,8 +316,8 @@ def _per_step(cals: dict) -> str:
 
 def _validate(cals: dict, given: list[pl.Observation], args, runs, to: str, how: str, target: pl.Link | None,
               where: Where) -> int:
-    """Predicted against measured on the held-out cases (bench.pipeline.plan_validate), stored as a
-    run of their own (bench.pipeline.plan_store), then printed."""
+    """Predicted against measured on the held-out cases (bench.plan.validate), stored as a
+    run of their own (bench.plan.store), then printed."""
     v = validate(cals, given, to=to, how=how, target=target, where=where)
     stored_in = store(cals, v.held, v.rows, args.out, runs, to, how, target, where)
     rows, pooled, machine = v.rows, v.pooled, next(iter(cals.values())).machine

@@ -1,7 +1,7 @@
 """`distbench plan`: a calibrated pipeline model. Every number it prints is a PREDICTION.
 
 This module is the model's vocabulary and its prediction; the calibration that fits it is
-bench.pipeline.plan_fit (docs/plan.md, "The model").
+bench.plan.fit (docs/plan.md, "The model").
 
 A calibration (Calibration), from stored pipeline runs of one model on one machine, holds per
 model depth and checkpoint mode a line per stage and action kind (F forward with the loss on the
@@ -257,7 +257,7 @@ class Candidate:
 
     @property
     def composed(self) -> bool:
-        """tp or fsdp inside the stages: predicted by composition (bench.pipeline.plan_compose)."""
+        """tp or fsdp inside the stages: predicted by composition (bench.plan.compose)."""
         return self.tp > 1 or self.fsdp > 1
 
     @property

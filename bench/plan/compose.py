@@ -1,6 +1,6 @@
 """Composed layouts, predicted: pipeline ranks x dp x fsdp x tp (the mesh of bench.training.layout)
-from a calibrated pipeline (bench.pipeline.plan) and the communication of the target machine
-(bench.pipeline.plan_comm). Every term below is a prediction; the sizes come from the model's
+from a calibrated pipeline (bench.plan.model) and the communication of the target machine
+(bench.plan.comm). Every term below is a prediction; the sizes come from the model's
 shapes (bench.training.footprint), the times from the calibration and the collectives fits.
 
 For a candidate (p pipeline ranks, dp replicas, fsdp shards, tp degree, schedule, m micro-batches of
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.errors import BenchError
-from bench.pipeline import plan as pl
-from bench.pipeline.plan_comm import Comm, scopes
+from bench.plan import model as pl
+from bench.plan.comm import Comm, scopes
 from bench.training import schedules as scheds
 from bench.training.footprint import OPTIMIZER, OPTIMIZER_STATE_BYTES, PARAM_BYTES, stage_acts_per_sample, stage_pieces
 from bench.training.replay import replay

@@ -1,4 +1,4 @@
-"""The calibration of the pipeline model (bench.pipeline.plan): fitted on stored pipeline runs of
+"""The calibration of the pipeline model (bench.plan.model): fitted on stored pipeline runs of
 one model on one machine (runs of several machines are refused: every prediction names the machine
 it was calibrated on and the one it is for).
 
@@ -36,7 +36,7 @@ from itertools import combinations
 import numpy as np
 
 from bench.errors import BenchError
-from bench.pipeline.plan import (Calibration, Line, Link, Observation, busiest, durations, inflight, layout_label,
+from bench.plan.model import (Calibration, Line, Link, Observation, busiest, durations, inflight, layout_label,
                                  model_stages, placement, transfers)
 from bench.timing import alphabeta
 from bench.training.replay import replay

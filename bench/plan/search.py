@@ -1,16 +1,16 @@
 """The planner's search: every candidate layout (pipeline ranks x data-parallel replicas x FSDP
 shards x tensor-parallel degree, schedule, micro-batch count, checkpoint mode) that can run a
-mini-batch, each predicted (bench.pipeline.plan for a calibrated pp x dp layout,
-bench.pipeline.plan_compose for tp or fsdp inside the stages), ranked under a memory limit, and why
+mini-batch, each predicted (bench.plan.model for a calibrated pp x dp layout,
+bench.plan.compose for tp or fsdp inside the stages), ranked under a memory limit, and why
 the best won."""
 
 from dataclasses import dataclass, field
 
 from bench.errors import BenchError
-from bench.pipeline import plan as pl
-from bench.pipeline import plan_comm
-from bench.pipeline.plan_compose import compose, measured_at
-from bench.pipeline.plan_fit import Spread
+from bench.plan import model as pl
+from bench.plan import comm as plan_comm
+from bench.plan.compose import compose, measured_at
+from bench.plan.fit import Spread
 from bench.training import schedules as scheds
 from bench.training.dims import check_tp as tp_validate
 from bench.workloads.specs import get_spec
@@ -84,7 +84,7 @@ def predict(cals: dict, cand: pl.Candidate, link: pl.Link | None = None, to: str
     """A candidate predicted with its layout's calibration (else the nearest layout's, marked), for
     the machine `to` (default the calibration's; `how` the option that mapped it). tp or fsdp inside
     the stages, or a dp degree not calibrated when a communication calibration is given, is composed
-    (bench.pipeline.plan_compose) with `where`'s communication and the layout's fitted host cost; a
+    (bench.plan.compose) with `where`'s communication and the layout's fitted host cost; a
     composed layout the calibration measured at the candidate's pipeline depth is predicted as measured."""
     where = where or Where()
     mine = where.measured.get((cand.dp, cand.fsdp, cand.tp)) if cand.composed else None

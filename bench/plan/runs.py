@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.pipeline import plan as pl
-from bench.pipeline.plan_fit import fit_link
+from bench.plan import model as pl
+from bench.plan.fit import fit_link
 from bench.results.fingerprint import of_run
 from bench.results.rundir import read_meta
 from bench.results.store import load_run

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.pipeline import plan as pl
-from bench.pipeline.plan_search import Where, predict
+from bench.plan import model as pl
+from bench.plan.search import Where, predict
 
 
 @dataclass(frozen=True, kw_only=True)
