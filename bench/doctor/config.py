@@ -30,6 +30,9 @@ class DoctorConfig(RunConfig):
     # time would be its share of the cores, not its speed)
     groups: bool = True  # all_reduce within each node and across one rank per node
     group_bytes: str = "1M"  # the group all_reduce's size
+    fingerprint: bool = False  # also every collective the planner prices at its placements (bench.doctor.fingerprint)
+    fingerprint_sizes: tuple[str, ...] = ("64K", "2M")  # two sizes or more: an alpha-beta fit per placement
+    fingerprint_ops: int = 2  # ops back to back per timed repetition
     # The verdict (docs/doctor.md): a value is an outlier of its class when it is worse than the
     # class median by more than mad_k scaled MADs AND by more than the relative floor.
     mad_k: float = 4.0  # MADs (scaled by 1.4826: one sigma of a normal sample)
@@ -51,6 +54,10 @@ class DoctorConfig(RunConfig):
         at_least("compute_reps", self.compute_reps)
         at_least("compute_n", self.compute_n, 0)
         at_least("compute_iters", self.compute_iters, 0)
+        at_least("fingerprint_ops", self.fingerprint_ops)
+        if self.fingerprint and len({parse_size(x) for x in self.fingerprint_sizes}) < 2:
+            raise BenchError(f"fingerprint_sizes {list(self.fingerprint_sizes)}: give two sizes or more (an alpha-beta "
+                             "fit needs two), e.g. 64K,2M")
         for field in ("small_bytes", "large_bytes", "group_bytes"):
             if parse_size(getattr(self, field)) < 4:
                 raise BenchError(f"{field} '{getattr(self, field)}' must be at least 4 bytes (one float32), e.g. 4K")

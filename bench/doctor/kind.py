@@ -48,6 +48,11 @@ def add_options(p):
     p.add_argument("--no-groups", dest="groups", action="store_const", const=False, default=None,
                    help="skip the group all_reduces")
     p.add_argument("--group-bytes", dest="group_bytes", default=None, help="group all_reduce size (default 1M)")
+    p.add_argument("--fingerprint", action="store_const", const=True, default=None,
+                   help="a fingerprint: also measure what the planner prices: all_reduce, all_gather, reduce_scatter within each "
+                        "node, across nodes and over the world (distbench plan --fingerprint RUN)")
+    p.add_argument("--fingerprint-sizes", dest="fingerprint_sizes", default=None,
+                   help="the fingerprint's sizes, comma list (default 64K,2M)")
     p.add_argument("--mad-k", dest="mad_k", type=float, default=None, help="outlier: more than K MADs (default 4)")
     p.add_argument("--min-shortfall", dest="min_shortfall", type=float, default=None,
                    help="bandwidth outlier: also this share below the class median (default 0.3)")
@@ -67,7 +72,8 @@ def add_options(p):
 
 
 def options(args) -> dict:
-    ov = overrides(args, ("reps", "warmup", "compute_n", "compute_reps", "compute_iters", "groups", "mad_k", "min_shortfall",
+    ov = overrides(args, ("reps", "warmup", "compute_n", "compute_reps", "compute_iters", "groups", "fingerprint",
+                          "fingerprint_sizes", "mad_k", "min_shortfall",
                           "node_shortfall", "latency_excess", "compute_excess", "group_factor"))
     for name in ("small_bytes", "large_bytes", "group_bytes", "compute_mode", "latency_verdict", "compute_statistic"):  # one value each, not lists
         if getattr(args, name, None) is not None:
@@ -77,7 +83,7 @@ def options(args) -> dict:
 
 def units(cfg: DoctorConfig, world: int, meta: dict):
     names = ("pairs", "compute", "groups") if cfg.groups else ("pairs", "compute")
-    return [Unit(n, world) for n in names], []
+    return [Unit(n, world) for n in names + (("fingerprint",) if cfg.fingerprint else ())], []
 
 
 def estimate_s(cfg: DoctorConfig, unit: Unit) -> float:
@@ -86,6 +92,8 @@ def estimate_s(cfg: DoctorConfig, unit: Unit) -> float:
         return (unit.world + 1) * 4 * (cfg.warmup + cfg.reps) * 0.05
     if unit.name == "compute":
         return unit.world * (cfg.compute_reps + 1) * 0.15
+    if unit.name == "fingerprint":
+        return 3 * 3 * len(cfg.fingerprint_sizes) * (cfg.warmup + cfg.reps) * cfg.fingerprint_ops * 0.3 + 10
     return 2 * (cfg.warmup + cfg.reps) * 0.2
 
 

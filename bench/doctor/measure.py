@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.doctor import fingerprint
 from bench.doctor.compute import Matmul, flops, gpu_clocks, probe_shape
 from bench.doctor.probe import node_groups, run_rounds, time_group
 from bench.doctor.schedule import INTER, INTRA, nodes_of, rounds_for
@@ -144,6 +145,8 @@ def measure_unit(unit, launch) -> dict:
             tables = _pairs(launch, nodes, hosts)
         elif unit.name == "compute":
             tables = _compute(launch, hosts)
+        elif unit.name == "fingerprint":
+            tables = fingerprint.measure(launch, nodes, _stats_row)
         else:
             tables = _groups(launch, nodes, names)
     for row in tables.get("results", []):

@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.patches import Rectangle
 
+from bench.doctor.fingerprint_table import table as fingerprint_table
 from bench.doctor.summary import thresholds_of
 from bench.doctor.verdict import pair_matrix, verdict_of
 from bench.report.plots.common import Section, new_figure, save
@@ -95,8 +96,20 @@ def section(entries, out_dir) -> Section:
                                    out_dir, f"doctor-latency-{e.label}", f"{e.label}: one-way latency per pair (us)",
                                    v["slow"]))
         sec.tables.append((f"{e.label}: verdict", _verdict_table(v["suspects"])))
+        fp = fingerprint_table(e.run.tables.get("results"))
+        if fp:
+            sec.tables.append((f"{e.label}: fingerprint (what distbench plan --fingerprint prices)", _fingerprint_html(fp)))
     plt.close("all")
     return sec
+
+
+def _fingerprint_html(rows) -> str:
+    body = "".join(f"<tr><td>{html.escape(r['collective'])}</td><td>{html.escape(r['placement'])}</td>"
+                   f"<td>{r['groups']} x {r['group_size']}</td><td>{html.escape(str(r['scope']))}</td>"
+                   f"<td>{r['size_bytes']}</td><td>{r['time_s'] * 1e3:.3f}</td><td>{r['busbw_gbps']:.3f}</td></tr>"
+                   for r in rows)
+    return ("<table><tr><th>collective</th><th>placement</th><th>groups x ranks</th><th>scope</th><th>bytes</th>"
+            f"<th>ms (max over ranks)</th><th>busbw GB/s</th></tr>{body}</table>")
 
 
 def headline(entries, out_dir) -> Section:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from bench.doctor.exclude import exclude_lines
+from bench.doctor.fingerprint_table import lines as fingerprint_lines
 from bench.doctor.verdict import (Thresholds, compute_table, fmt_bw, fmt_s, group_table, latency_judged,
                                   oversubscribed_rows, pair_matrix, verdict_of)
 from bench.doctor.schedule import INTER, nodes_of, rounds_for
@@ -72,6 +73,7 @@ def doctor_summary(run) -> str:
                + (f", groups {th.group_factor:g}x" if th.group_factor > 0 else ", groups shown only")
                + ("" if latency_judged(th, oversubscribed_rows(res)) else
                   "; latency shown only (ranks shared cores: a round trip waits for the scheduler)"))
+    out += fingerprint_lines(res)
     out += verdict_lines(verdict_of(res, th))
     out += exclude_lines(run.meta, getattr(run, "dir", "RUN_DIR"))
     return "\n".join(out)

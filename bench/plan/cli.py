@@ -95,6 +95,10 @@ def add_parser(sub):
                    help="predict for the machine of this run with the calibration's machine's times, as they are: "
                         "validation runs of that machine are then accepted (otherwise refused), every prediction "
                         "marked")
+    p.add_argument("--fingerprint", default=None, metavar="RUN_DIR",
+                   help="a `distbench doctor --fingerprint` run of the target cluster: its collectives at their "
+                        "placements are --comm, its inter-node pairs the target's p2p link (with --p2p), its machine "
+                        "the one predicted for (each unless given)")
     p.add_argument("--format", default="table", choices=("table", "json"), help="output format: table | json")
     p.set_defaults(func=cmd_plan)
 
@@ -132,6 +136,14 @@ def _checked(args) -> float | None:
     if args.model and not args.calibrate:
         raise BenchError(f"--model {args.model} is what --calibrate measures; without --calibrate the model is the "
                          "calibration runs'")
+    if args.fingerprint:
+        from bench.plan.runs import check_fingerprint  # lazy: reads the run only when one is given
+
+        check_fingerprint(args.fingerprint)
+        args.comm = args.comm or args.fingerprint
+        args.target_machine = args.target_machine or args.fingerprint
+        if args.p2p:
+            args.target_p2p = args.target_p2p or args.fingerprint
     if args.target_p2p and not args.p2p:
         raise BenchError("--target-p2p needs --p2p (the calibration machine's link): without it the calibrated "
                          "overhead holds that machine's transfers")

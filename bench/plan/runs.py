@@ -86,10 +86,34 @@ def _observation(d, row, columns, ranks: pd.DataFrame, machine: str) -> pl.Obser
                           and pd.notna(row["bubble_measured"]) else float("nan"))
 
 
+def check_fingerprint(run_dir):
+    """A `distbench doctor --fingerprint` run, or one line saying what the run is instead."""
+    res = load_run(run_dir).tables.get("results")
+    if res is None or "doctor_test" not in res.columns or not (res["doctor_test"] == "collective").any():
+        raise BenchError(f"--fingerprint '{run_dir}' is not a fingerprint: measure one with `distbench doctor "
+                         "--fingerprint` on the target cluster")
+
+
+def doctor_pairs(res):
+    """A doctor run's pair rows as sendrecv cases: the inter-node pairs where there are any (the link
+    a pipeline's stages cross), else the intra-node ones; None for any other run."""
+    if "doctor_test" not in res.columns:
+        return None
+    pairs = res[res["doctor_test"] == "pair"]
+    inter = pairs[pairs["link_class"] == "inter"] if "link_class" in pairs.columns else pairs.iloc[0:0]
+    return inter if len(inter) else pairs
+
+
 def link(run_dir) -> pl.Link:
-    """alpha-beta from the sendrecv cases of a collectives run (the median time per size)."""
+    """alpha-beta from the sendrecv cases of a collectives run, or from a doctor run's pairs (the
+    median time per size)."""
     run = load_run(run_dir)
     res = run.tables.get("results")
+    pairs = doctor_pairs(res) if res is not None else None
+    if pairs is not None and len(pairs):
+        g = pairs.groupby("size_bytes")["time_median_s"].median()
+        return fit_link(g.index.tolist(), g.tolist(), source=f"{run.meta.get('run_id') or run_dir} (doctor pairs, "
+                        f"{'inter' if (pairs.get('link_class') == 'inter').all() else 'intra'}-node)")
     if res is None or "collective" not in res.columns or not (res["collective"] == "sendrecv").any():
         raise BenchError(f"run '{run_dir}' has no sendrecv cases; measure the link with "
                          "`distbench collectives --collectives sendrecv` between two ranks")
