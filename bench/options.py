@@ -55,7 +55,7 @@ VOCABULARY = {
     "--min-bytes": "sweep start",
     "--warmup": "warm-up",
     "--reps": "timed repetitions",
-    "--fingerprint": "fingerprint",  # doctor: measure one; plan: read one
+    "--cluster-fingerprint": "cluster fingerprint",  # doctor: measure one; plan: read one
     "--check": "correctness check",
     "--model": "model",
     "--schedule": "schedule",

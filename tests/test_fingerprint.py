@@ -1,5 +1,5 @@
-"""`distbench doctor --fingerprint`: the collectives the planner prices, at the placements the
-layouts need, stored with the doctor's run; and `distbench plan --fingerprint` reading it (its
+"""`distbench doctor --cluster-fingerprint`: the collectives the planner prices, at the placements the
+layouts need, stored with the doctor's run; and `distbench plan --cluster-fingerprint` reading it (its
 collective rows as --comm, its inter-node pairs as the target's p2p link)."""
 
 import json
@@ -22,12 +22,12 @@ def test_placements_are_the_groups_a_layout_runs():
 
 
 def test_a_fingerprint_needs_two_sizes(tmp_path):
-    r = run_cli("doctor", "--fingerprint", "--fingerprint-sizes", "1M", "--out", str(tmp_path / "o"), timeout=120)
+    r = run_cli("doctor", "--cluster-fingerprint", "--cluster-fingerprint-sizes", "1M", "--out", str(tmp_path / "o"), timeout=120)
     assert_usage_error(r.returncode, r.stderr, "fingerprint_sizes ['1M']: give two sizes or more", tmp_path / "o")
 
 
 def _fingerprint_run(tmp_path, name="fp"):
-    """A stored doctor --fingerprint run of 2 nodes x 2 ranks: pair rows and collective rows."""
+    """A stored doctor --cluster-fingerprint run of 2 nodes x 2 ranks: pair rows and collective rows."""
     d = tmp_path / name
     d.mkdir()
     rows = [{"run_id": name, "case_id": f"doctor.pair.{a}-{b}", "doctor_test": "pair", "collective": "sendrecv",
@@ -67,6 +67,6 @@ def test_plan_refuses_a_run_that_is_not_a_fingerprint(tmp_path):
     pd.DataFrame([{"run_id": "notfp", "case_id": "doctor.pair.0-1", "doctor_test": "pair", "size_bytes": 4096,
                    "time_median_s": 1e-4}]).to_parquet(d / "results.parquet")
     (d / "meta.json").write_text(json.dumps({"run_id": "notfp", "kind": "doctor", **machine_meta()}))
-    r = run_cli("plan", str(tmp_path / "cal"), "--fingerprint", str(d), timeout=120)
+    r = run_cli("plan", str(tmp_path / "cal"), "--cluster-fingerprint", str(d), timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert "is not a fingerprint: measure one with `distbench doctor --fingerprint`" in r.stderr
+    assert "is not a cluster fingerprint: measure one with `distbench doctor --cluster-fingerprint`" in r.stderr

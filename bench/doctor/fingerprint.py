@@ -1,4 +1,4 @@
-"""The doctor's fingerprint unit (`distbench doctor --fingerprint`): what the planner prices, on the
+"""The doctor's fingerprint unit (`distbench doctor --cluster-fingerprint`): what the planner prices, on the
 cluster itself. Every collective the layouts use (all_reduce, all_gather, reduce_scatter) at the
 group placements they need, at two sizes or more (an alpha-beta fit per placement):
 

@@ -18,7 +18,7 @@ def lines(results) -> list[str]:
     rows = table(results)
     if not rows:
         return []
-    out = ["# fingerprint (what `distbench plan --fingerprint` prices; ops back to back, max over ranks):"]
+    out = ["# fingerprint (what `distbench plan --cluster-fingerprint` prices; ops back to back, max over ranks):"]
     for r in rows:
         out.append(f"#  {r['collective']:<15} {r['placement']:<6} {r['groups']} x {r['group_size']} ranks ({r['scope']:<5}) "
                    f"{r['size_bytes']:>10} B  {r['time_s'] * 1e3:9.3f} ms  busbw {r['busbw_gbps']:.3f} GB/s")

@@ -48,10 +48,10 @@ def add_options(p):
     p.add_argument("--no-groups", dest="groups", action="store_const", const=False, default=None,
                    help="skip the group all_reduces")
     p.add_argument("--group-bytes", dest="group_bytes", default=None, help="group all_reduce size (default 1M)")
-    p.add_argument("--fingerprint", action="store_const", const=True, default=None,
-                   help="a fingerprint: also measure what the planner prices: all_reduce, all_gather, reduce_scatter within each "
-                        "node, across nodes and over the world (distbench plan --fingerprint RUN)")
-    p.add_argument("--fingerprint-sizes", dest="fingerprint_sizes", default=None,
+    p.add_argument("--cluster-fingerprint", dest="fingerprint", action="store_const", const=True, default=None,
+                   help="a cluster fingerprint: also measure what the planner prices: all_reduce, all_gather, reduce_scatter within each "
+                        "node, across nodes and over the world (distbench plan --cluster-fingerprint RUN)")
+    p.add_argument("--cluster-fingerprint-sizes", dest="fingerprint_sizes", default=None,
                    help="the fingerprint's sizes, comma list (default 64K,2M)")
     p.add_argument("--mad-k", dest="mad_k", type=float, default=None, help="outlier: more than K MADs (default 4)")
     p.add_argument("--min-shortfall", dest="min_shortfall", type=float, default=None,

@@ -98,7 +98,7 @@ def section(entries, out_dir) -> Section:
         sec.tables.append((f"{e.label}: verdict", _verdict_table(v["suspects"])))
         fp = fingerprint_table(e.run.tables.get("results"))
         if fp:
-            sec.tables.append((f"{e.label}: fingerprint (what distbench plan --fingerprint prices)", _fingerprint_html(fp)))
+            sec.tables.append((f"{e.label}: fingerprint (what distbench plan --cluster-fingerprint prices)", _fingerprint_html(fp)))
     plt.close("all")
     return sec
 

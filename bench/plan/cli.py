@@ -95,8 +95,8 @@ def add_parser(sub):
                    help="predict for the machine of this run with the calibration's machine's times, as they are: "
                         "validation runs of that machine are then accepted (otherwise refused), every prediction "
                         "marked")
-    p.add_argument("--fingerprint", default=None, metavar="RUN_DIR",
-                   help="a `distbench doctor --fingerprint` run of the target cluster: its collectives at their "
+    p.add_argument("--cluster-fingerprint", dest="fingerprint", default=None, metavar="RUN_DIR",
+                   help="a cluster fingerprint of the target, a `distbench doctor --cluster-fingerprint` run: its collectives at their "
                         "placements are --comm, its inter-node pairs the target's p2p link (with --p2p), its machine "
                         "the one predicted for (each unless given)")
     p.add_argument("--format", default="table", choices=("table", "json"), help="output format: table | json")

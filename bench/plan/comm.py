@@ -106,7 +106,7 @@ def none() -> Comm:
 
 
 def source_of(meta: dict, run_dir) -> str:
-    """`simcluster link RATE (run R)`, `nccl-tests import R`, `fingerprint R` (a doctor --fingerprint
+    """`simcluster link RATE (run R)`, `nccl-tests import R`, `fingerprint R` (a doctor --cluster-fingerprint
     run) or `collectives run R` from meta.json."""
     rid = meta.get("run_id") or Path(run_dir).name
     sim = meta.get("simcluster")
@@ -162,11 +162,11 @@ def comm_of(run_dir, machine: str = "") -> Comm:
         raise BenchError(f"run '{run_dir}' has no collectives cases; pass a distbench collectives run, an imported "
                          "nccl-tests log (distbench import nccl-tests) or a distbench simcluster run")
     meta = run.meta or read_meta(Path(run_dir), [])
-    if "doctor_test" in res.columns:  # a doctor --fingerprint run: its collective rows (its pairs are p2p, not groups)
+    if "doctor_test" in res.columns:  # a doctor --cluster-fingerprint run: its collective rows (its pairs are p2p, not groups)
         res = res[res["doctor_test"] == "collective"]
         if res.empty:
             raise BenchError(f"run '{run_dir}' is a doctor run without a fingerprint; measure one with "
-                             "`distbench doctor --fingerprint`")
+                             "`distbench doctor --cluster-fingerprint`")
     def col(name: str, default: float) -> pd.Series:  # a numeric column, `default` where absent or null
         if name not in res.columns:
             return pd.Series(default, index=res.index, dtype=float)

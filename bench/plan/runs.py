@@ -87,11 +87,11 @@ def _observation(d, row, columns, ranks: pd.DataFrame, machine: str) -> pl.Obser
 
 
 def check_fingerprint(run_dir):
-    """A `distbench doctor --fingerprint` run, or one line saying what the run is instead."""
+    """A `distbench doctor --cluster-fingerprint` run, or one line saying what the run is instead."""
     res = load_run(run_dir).tables.get("results")
     if res is None or "doctor_test" not in res.columns or not (res["doctor_test"] == "collective").any():
-        raise BenchError(f"--fingerprint '{run_dir}' is not a fingerprint: measure one with `distbench doctor "
-                         "--fingerprint` on the target cluster")
+        raise BenchError(f"--cluster-fingerprint '{run_dir}' is not a cluster fingerprint: measure one with "
+                         "`distbench doctor --cluster-fingerprint` on the target cluster")
 
 
 def doctor_pairs(res):
