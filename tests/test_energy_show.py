@@ -138,7 +138,8 @@ def test_smoke_energy_check_fails_on_wrong_data():
         "energy_per_gb_j x bus bytes per op 6.71e+05 J != energy_per_op_j 0.8 J (64MB out-of-place)"]
     bad = _good()
     bad.loc[1, "energy_j"] = 2000.0  # more than the whole case window's 900 J
-    assert "energy_j 2e+03 J > the case window's gpu_energy_j 900 J (64MB out-of-place)" in G.check_energy(bad, True)[0]
+    assert ("energy_j 2e+03 J > the case window's gpu_energy_j 900 J + one counter period (100 J) (64MB out-of-place)"
+            in G.check_energy(bad, True)[0])
     bad = _good()
     bad.loc[0, "energy_note"] = ""  # no figure and no reason
     assert G.check_energy(bad, gpu=True)[0] == ["energy absent without a reason (1MB out-of-place)"]

@@ -74,3 +74,24 @@ def test_a_sample_at_the_capped_hold_is_counted_as_holding_its_dispatch(monkeypa
     spec = LoopSpec(mode="latency", warmup=5, iters=5, max_iters=5, budget_s=1e-9)
     s, res, _ = run(monkeypatch, Costs(slow_dispatches=warm + [0.05] * 40), spec=spec)
     assert res.dispatch_in >= 1 and res.hold == "spin"
+
+
+def test_a_slow_dispatch_is_not_taken_for_a_blocking_wait(monkeypatch):
+    """A non-blocking op (NCCL's all_reduce) whose host dispatch takes 2 ms, as long as the probe's
+    hold: the hold has ended when the dispatch returns, so the probe proves nothing and is taken
+    again with twice the hold. The samples are held, and read the kernel, not the dispatch."""
+    s, res, _ = run(monkeypatch, Costs(dispatch_s=2e-3))
+    assert res.hold == "spin"
+    assert s.spins[:2] == [loop.HOLD_PROBE_CYCLES, 2 * loop.HOLD_PROBE_CYCLES]  # probed again, longer
+    assert sorted(res.samples_s)[len(res.samples_s) // 2] == pytest.approx(10e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("kernel_s", [20e-3, 50e-3, 150e-3])
+def test_slow_ops_take_the_iters_floor_sized_at_their_full_cost(monkeypatch, kernel_s):
+    """A slow op: the budget's count is under the `iters` floor, which is kept as far as
+    max(10 budgets, 2 s) of full samples allow (the floor is a floor: the user's least count),
+    never under 5 samples."""
+    s, res, _ = run(monkeypatch, Costs(kernel_s=kernel_s))
+    per = kernel_s + 30e-6 + 20e-6 + 25e-6  # the kernel, the barrier, the agreement, the launches and records
+    want = min(SPEC.iters, max(loop.MIN_SAMPLES, int(max(10 * SPEC.budget_s, 2.0) / per)))
+    assert res.ops == want

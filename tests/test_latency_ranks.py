@@ -35,8 +35,11 @@ def _latency_on_faked_cuda(info, early_by_rank: dict) -> dict:
         def mark(self):  # the blocking-wait probe: the end of its hold
             pass
 
-        def elapsed(self) -> float:  # the probe's hold: 1 s, far longer than the host's dispatch and wait
+        def elapsed(self) -> float:  # the probe's hold
             return 1.0
+
+        def ended(self) -> bool:  # the probe's hold had not ended after the dispatch nor after the wait
+            return False
 
     buf = torch.zeros(4)
 

@@ -142,7 +142,9 @@ def test_cuda_latency_sample_excludes_host_dispatch(monkeypatch):
     # device times of the events: warm-up start/stop, the blocking-wait probe's hold (2 ms: the
     # host's dispatch, microseconds, is well inside it), then two tries of the one timed sample
     cuda.script[0] = [0.0, 0.010, 0.5, 0.502, 1.0, 1.5, 2.0, 2.002]
-    cuda.queries = [True, False]  # first try: the hold ran out before the dispatch ended
+    # the probe: its hold had not ended after the dispatch nor after the wait (not blocking); then
+    # the first try: the hold ran out before the dispatch ended
+    cuda.queries = [False, False, True, False]
     dispatched = []
 
     def op(async_op):
@@ -156,8 +158,9 @@ def test_cuda_latency_sample_excludes_host_dispatch(monkeypatch):
     assert sleeps == [loop.HOLD_PROBE_CYCLES, loop.HOLD_CYCLES, 2 * loop.HOLD_CYCLES]
     assert res.hold == "spin" and res.dispatch_in == 0
     names = [f for f, _ in cuda.calls if f in ("_sleep", "Event.record", "Event.query")]
-    assert names[2:5] == ["Event.record", "_sleep", "Event.record"]  # the probe: start, hold, end; then the op
-    assert names[5:] == ["_sleep", "Event.record", "Event.query", "Event.record"] * 2  # hold, start, op, check, stop
+    # the probe: start, hold, end mark; the op; ended? after the dispatch and after the wait
+    assert names[2:7] == ["Event.record", "_sleep", "Event.record", "Event.query", "Event.query"]
+    assert names[7:] == ["_sleep", "Event.record", "Event.query", "Event.record"] * 2  # hold, start, op, check, stop
 
 
 def test_model_rows_state_the_figure():

@@ -32,8 +32,8 @@ COUNTS = {"ops": "energy_per_op_j", "steps": "energy_per_step_j", "samples": "en
 
 
 class Meter:
-    """One rank's NVML handles for the GPUs it drives, loaded at the first span (nvmlInit is per
-    process: local rank 0's sampler has its own)."""
+    """One rank's NVML handles for the GPUs it drives, loaded when the rank's telemetry starts
+    (nvmlInit is per process: local rank 0's sampler has its own)."""
 
     def __init__(self, nvml_module=None, use_nvml: bool = True, clock=time.perf_counter):
         self.module, self.use_nvml, self.clock = nvml_module, use_nvml, clock

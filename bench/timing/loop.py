@@ -16,7 +16,9 @@ Three modes, named in every row (column `mode`; the reduction over ranks is `ran
   synchronize waits for the stream that holds the barrier tensor; any op of gloo on CUDA tensors)
   can never be held: its start event has always fired when the wait returns. Such an op is
   declared by its unit (measure's blocks_host) or found by one probe after the warm-up (the stream
-  held HOLD_PROBE_CYCLES, the op dispatched and waited for: did the host wait for the hold?), and
+  held HOLD_PROBE_CYCLES, the op dispatched, then waited for: had the hold ended when the wait
+  returned, though not when the dispatch did?; a dispatch longer than the hold probes again with
+  twice the hold), and
   is timed without the hold, start event, dispatch, wait, end event: every sample then contains
   its dispatch (column `latency_hold` = 'none', `samples_with_dispatch` = every sample).
   Start skew inside a CUDA latency sample (the spread over ranks of the moments their start
@@ -79,7 +81,6 @@ MODES = ("latency", "throughput", "nccl-tests")
 HOLD_CYCLES = 200_000  # first spin-kernel hold of a CUDA latency sample (~0.1 ms at ~2 GHz); doubled as needed
 MAX_HOLD_CYCLES = 200_000 << 8  # ~26 ms at ~2 GHz: a sample still early then is kept (its dispatch is in it)
 HOLD_PROBE_CYCLES = 4_000_000  # the probe's hold (~2 ms at ~2 GHz), far above any op's dispatch
-BLOCKED_SHARE = 0.5  # the host waited at least this share of the probe's hold: the op's wait blocks the host
 BACKOFF_AFTER = 8  # samples in a row without a retry before the hold is halved (doubled after a failed halving)
 SIZE_SAMPLES = 3  # latency mode: samples whose full cost sizes the count again
 MIN_SAMPLES = 5  # the fewest timed ops of a size, however slow its op (= the default throughput blocks)
@@ -203,26 +204,38 @@ def _plain_sample(op: Callable, timer, barrier: Callable) -> float:
 
 def _wait_blocks_host(op: Callable, timer, barrier: Callable, agree_max: Callable[[float], float],
                       device: torch.device) -> bool:
-    """One probe, every rank: hold the stream HOLD_PROBE_CYCLES between the timer's two events,
-    dispatch the op and wait for it. An op whose wait returns at once (NCCL's collectives: the
-    current stream waits, not the host) leaves the host well inside the hold; one whose wait blocks
-    the host returns after it. Agreed: one rank's blocking wait makes every rank's samples plain."""
-    barrier()
-    timer.start()
-    torch.cuda._sleep(HOLD_PROBE_CYCLES)
-    timer.mark()
-    t0 = time.perf_counter()
-    _run(op, async_op=True)
-    host_s = time.perf_counter() - t0
-    hold_s = timer.elapsed()
-    sync(device)
-    return agree_max(1.0 if host_s >= BLOCKED_SHARE * hold_s else 0.0) > 0.0
+    """One probe, every rank: hold the stream with a spin kernel and mark its end with an event,
+    dispatch the op, then wait for it. An op whose wait blocks the host returns from wait() after
+    the hold has ended; one whose wait returns at once (NCCL's collectives: the current stream
+    waits, not the host) returns well inside it. The verdict needs the hold to outlast the
+    dispatch: where the hold had already ended when the dispatch returned (a slow dispatch, a
+    stalled host) the probe proved nothing and is taken again with twice the hold, up to
+    MAX_HOLD_CYCLES (then: not blocking; the held samples retry and count as they go). Agreed:
+    one rank's blocking wait makes every rank's samples plain."""
+    cycles = HOLD_PROBE_CYCLES
+    while True:
+        barrier()
+        timer.start()
+        torch.cuda._sleep(cycles)
+        timer.mark()
+        work = op(True)
+        unsure = timer.ended()  # the hold ended during the dispatch: wait() cannot tell us anything
+        if work is not None:
+            work.wait()
+        blocked = not unsure and timer.ended()
+        timer.elapsed()
+        sync(device)
+        verdict = agree_max(2.0 if unsure else (1.0 if blocked else 0.0))
+        if verdict < 2.0 or cycles >= MAX_HOLD_CYCLES:
+            return verdict == 1.0
+        cycles *= 2
 
 
 def _sized_samples(take: Callable[[], float], n: int, spec: LoopSpec, agree_max: Callable[[float], float]) -> list[float]:
     """n samples from take(), or fewer: after the first (it settles a hold), SIZE_SAMPLES samples
-    are timed in full and the count is sized again from their cost (agreed: the slowest rank's),
-    never above n. Every rank takes the same number."""
+    are timed in full and the count is sized again from their cost (agreed: the slowest rank's) by
+    iterations(), never above n: the budget's count at the full cost, the `iters` floor as far as
+    iterations() allows. Every rank takes the same number."""
     samples = [take()]
     if n <= 1 + SIZE_SAMPLES:
         return samples + [take() for _ in range(n - 1)]

@@ -32,6 +32,10 @@ class CudaTimer:
         """Record the end event without waiting for it (elapsed() waits)."""
         self._b.record()
 
+    def ended(self) -> bool:
+        """Has the end event (mark) been reached on the device already?"""
+        return self._b.query()
+
     def elapsed(self) -> float:
         """Seconds from the start event to the end event, once the end event has fired."""
         self._b.synchronize()

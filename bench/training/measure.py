@@ -138,9 +138,9 @@ def measure_case(case: CaseSpec, cfg, comm: Comm, run_dir=None, energy=None) -> 
         devices = trainer.device_list()
         release_cached(devices)  # what the check left in the caching allocator is not the steps' memory
         host_reset = all([reset_peak(d) for d in devices])
-        if energy is not None:  # the timed steps' energy span (bench.telemetry.energy): every device it drives
-            energy.start(devices)
         with spin.case_spins(devices, spec.times_known) as spins:  # the spin follows the clock (bench.workloads.spin)
+            if energy is not None:  # the timed steps' energy span (bench.telemetry.energy): every device it drives,
+                energy.start(devices)  # after the spin's re-check (not in the span)
             recs = _timed_steps(trainer, comm, cfg.steps)
         if energy is not None:
             energy.stop(steps=cfg.steps, samples=cfg.steps * case.batch)  # batch: global, samples per step
