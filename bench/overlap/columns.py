@@ -3,6 +3,8 @@ results rows add, and its raw samples table (Kind.columns; bench.results.schema 
 A row is one collective at one size against one compute action (overlap_test 'pair'), or one
 training variant (overlap_test 'ddp' at one bucket_cap_mb, 'fsdp' with or without prefetch)."""
 
+from bench.results.schema import GENERIC
+
 OVERLAP = {
     "overlap_test": "string",  # overlap: pair (a collective against a compute action) | ddp | fsdp
     "overlap_compute": "string",  # overlap: gemm (matmuls) | sleep (host sleep on CPU, spin kernel on CUDA: known duration)
@@ -26,15 +28,7 @@ OVERLAP = {
     "prefetch": "string",  # overlap: fsdp: explicit (set_modules_to_forward/backward_prefetch) | implicit (FSDP2's default)
 }
 
-SAMPLES = {  # every rank's raw repetition of every part
-    "run_id": "string",
-    "case_id": "string",
-    "size_bytes": "int64",
-    "placement": "string",
-    "rank": "int64",
-    "iteration": "int64",
-    "part": "string",  # comm | compute | both | both.comm | both.compute (pair); step | step.nocomm | comm (ddp, fsdp)
-    "seconds": "float64",
-}
+SAMPLES = {**GENERIC["samples"],  # every rank's raw repetition of every part
+           "part": "string"}  # comm | compute | both | both.comm | both.compute (pair); step | step.nocomm | comm (ddp, fsdp)
 
 COLUMNS = {"results": OVERLAP, "overlap_samples": SAMPLES}
