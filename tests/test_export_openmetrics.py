@@ -5,6 +5,7 @@ own tools: `promtool check metrics` (the text format 0.0.4 linter) on the textfi
 on the OpenMetrics text. A node_exporter started on the textfile's directory serves our series.
 Values are the stored numbers exactly (a median is the run's stored median, GB/s x 1e9)."""
 
+import json
 import math
 import shutil
 import socket
@@ -369,3 +370,142 @@ def test_a_real_collectives_run_exports_its_medians(tmp_path, capsys):
         check = subprocess.run([PROMTOOL, "check", "metrics"], input=out.read_text(), capture_output=True, text=True,
                                timeout=60)
         assert (check.returncode, check.stdout, check.stderr) == (0, "", "")
+
+
+# ---- imported runs, colliding rows and runs given twice ------------------------------------------------
+
+IMPORTS = Path(__file__).parent / "data" / "imports"
+NCCL_TEXT = IMPORTS / "all_reduce_perf-2.17.6.txt"  # nccl-tests 2.17.6, 8 ranks, 13 sizes x 2 placements
+NCCL_JSON = IMPORTS / "all_reduce_perf-2.17.6.json"  # the same run's -J file
+
+
+def _imported(tmp_path, capsys, *files) -> Path:
+    """`distbench import nccl-tests FILE...`: the run directory it stored."""
+    rc = main(["import", "nccl-tests", *map(str, files), "--out", str(tmp_path / "imported")])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return Path(out.out.strip().rsplit(": ", 1)[1])
+
+
+def _blocking_copy(tmp_path) -> Path:
+    """The same log as run with -z 1 (nccl-tests prints its `# Blocking Enabled` line: util.cu writeDeviceReport)."""
+    text = NCCL_TEXT.read_text().replace("-f 4 -g 1", "-f 4 -g 1 -z 1", 1)
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("# nThread")) + 1
+    lines.insert(at, "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n")
+    f = tmp_path / "z1.txt"
+    f.write_text("".join(lines))
+    return f
+
+
+def test_rows_that_differ_only_in_tool_options_are_two_series(tmp_path, capsys):
+    """An import of a run with and without -z 1 stores 52 rows; each is its own series, labelled tool_options."""
+    run = _imported(tmp_path, capsys, NCCL_TEXT, _blocking_copy(tmp_path))
+    res = results(run)
+    assert len(res) == 52 and sorted(set(res["tool_options"])) == ["", "-z 1"]
+    bus = openmetrics(capsys, run)["distbench_op_busbw_bytes_per_second"]
+    assert len(bus.samples) == 52
+    for r in res.itertuples():
+        key = {"size_bytes": str(r.size_bytes), "placement": r.placement}
+        (s,) = [s for s in samples(bus, **key) if s.labels.get("tool_options", "") == r.tool_options]
+        assert s.value == float(r.busbw_gbps) * 1e9
+
+
+def test_rows_that_still_share_every_label_are_one_line(tmp_path, capsys):
+    """The same log imported twice into one run: two rows per case, nothing tells them apart; the export
+    refuses rather than keep one of them silently."""
+    run = _imported(tmp_path, capsys, NCCL_TEXT, NCCL_TEXT)
+    assert len(results(run)) == 52
+    out = tmp_path / "x.om"
+    rc, _, err = export("--format", "openmetrics", run, "-o", out)
+    assert_usage_error(rc, err, "26 pair(s) of results rows share every label", out)
+
+
+def test_the_same_run_given_twice_is_exported_once(runs, tmp_path, capsys):
+    one_run = {(s.name, tuple(sorted(s.labels.items()))) for m in openmetrics(capsys, runs["collectives"]).values()
+               for s in m.samples}
+    d = runs["collectives"]
+    twice = [(s.name, tuple(sorted(s.labels.items()))) for m in openmetrics(
+        capsys, d, d.parent / ".." / d.parent.name / d.name).values() for s in m.samples]
+    assert len(twice) == len(set(twice)) and set(twice) == one_run
+
+
+def test_a_copy_of_a_run_is_refused_in_one_line(runs, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(runs["collectives"], copy)
+    out = tmp_path / "x.prom"
+    rc, _, err = export("--format", "textfile", runs["collectives"], copy, "-o", out)
+    assert_usage_error(rc, err, "run id 20260101T000000Z-coll01", out)
+
+
+@needs_node_exporter
+def test_node_exporter_serves_a_run_given_twice_beside_another(runs, tmp_path):
+    """node_exporter refuses a file with a series twice ("was collected before with the same name and label
+    values"), which promtool passes: a run given twice is exported once."""
+    d = tmp_path / "textfile"
+    d.mkdir()
+    assert main(["export", "--format", "textfile", str(runs["collectives"]), str(runs["collectives"]),
+                 str(runs["doctor"]), "-o", str(d / "distbench.prom")]) == 0
+    port = _free_port()
+    proc = subprocess.Popen([NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
+                             f"--collector.textfile.directory={d}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        text = _scrape(f"http://127.0.0.1:{port}/metrics", proc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    log = proc.stderr.read().decode()
+    assert "was collected before with the same name and label values" not in log, log[-2000:]
+    fams = {m.name: m for m in parse_text(text)}
+    assert one(fams["node_textfile_scrape_error"]).value == 0
+    assert sorted(s.labels["kind"] for s in fams["distbench_run_start_time_seconds"].samples) == \
+        ["collectives", "doctor"]
+
+
+def test_an_imported_nccl_tests_time_is_a_mean_not_a_quantile(tmp_path, capsys):
+    """nccl-tests' time is the mean over its iterations (doc/PERFORMANCE.md): its own gauge, never quantile 0.5."""
+    run = _imported(tmp_path, capsys, NCCL_TEXT)
+    fams = openmetrics(capsys, run)
+    assert "distbench_op_time_seconds" not in fams  # no per-iteration figure in the text: no quantile at all
+    mean = fams["distbench_op_time_mean_seconds"]
+    assert mean.type == "gauge" and mean.unit == "seconds"
+    for r in results(run).itertuples():
+        s = one(mean, size_bytes=str(r.size_bytes), placement=r.placement)
+        assert s.value == float(r.time_median_s) and s.labels["rank_reduce"] == "avg"
+
+
+def _per_iter_json(tmp_path) -> Path:
+    """The -J file of a -I 1 run (util.cu writePerIterReport): per-iteration CUDA-event times well below the
+    printed host-timer mean, as they are for small sizes; p50_us is sorted[n / 2] (computeIterStats)."""
+    doc = json.loads(NCCL_JSON.read_text())
+    doc["args"] += ["-I", "1"]
+    doc["config"]["per_iter_timing"] = "true"
+    for k, r in enumerate(doc["results"]):
+        for key in ("out_of_place", "in_place"):
+            times = [r[key]["time"] * (0.5 + 0.01 * ((i * 7 + k) % 5)) for i in range(20)]
+            r[f"{key}_per_iter"] = {"skipped_iterations": 0, "min_us": min(times), "max_us": max(times),
+                                    "avg_us": sum(times) / 20, "p50_us": sorted(times)[10], "p95_us": sorted(times)[18],
+                                    "p99_us": max(times), "stdev_us": 0.5, "cv_pct": 1.5, "times_us": times}
+    f = tmp_path / "ar.json"
+    f.write_text(json.dumps(doc))
+    return f
+
+
+def test_per_iteration_quantiles_are_in_order_and_the_mean_apart(tmp_path, capsys):
+    f = _per_iter_json(tmp_path)
+    run = _imported(tmp_path, capsys, f)
+    fams = openmetrics(capsys, run)
+    t, mean = fams["distbench_op_time_seconds"], fams["distbench_op_time_mean_seconds"]
+    doc = json.loads(f.read_text())
+    for res in doc["results"]:
+        for key, placement in (("out_of_place", "out-of-place"), ("in_place", "in-place")):
+            it = res[f"{key}_per_iter"]
+            lab = {"size_bytes": str(res["size"]), "placement": placement}
+            got = [(s.labels["quantile"], s.value) for s in samples(t, **lab) if "quantile" in s.labels]
+            assert got == [(q, pytest.approx(it[k] * 1e-6, rel=1e-12)) for q, k in
+                           (("0.0", "min_us"), ("0.5", "p50_us"), ("0.95", "p95_us"), ("1.0", "max_us"))]
+            assert [v for _, v in got] == sorted(v for _, v in got)
+            assert one(t, "_count", **lab).value == 20
+            assert one(t, "_sum", **lab).value == pytest.approx(it["avg_us"] * 1e-6 * 20, rel=1e-12)
+            assert one(mean, **lab).value == pytest.approx(res[key]["time"] * 1e-6, rel=1e-12)

@@ -88,7 +88,6 @@ def read_rows(header, data, path: str, out: Parsed) -> tuple[list[dict], bool, l
         if cells is None:
             raise BenchError(f"'{path}' line {no}: {len(tok)} columns, expected {full} ({' '.join(labels)})")
         f = {c: cells.get(i, "") for i, c in enumerate(lead)}
-        blank |= {c for c in ("redop", "root") if c in f and not f[c]}
         blocks = [(pl, [cells.get(len(lead) + b * per + j) for j in range(per)])
                   for b, pl in enumerate(("out-of-place", "in-place"))]
         whole = [(pl, cols) for pl, cols in blocks if None not in cols]
@@ -107,6 +106,7 @@ def read_rows(header, data, path: str, out: Parsed) -> tuple[list[dict], bool, l
         if size == 0:  # count 0: nothing moved (sizes below one element per rank print as 0)
             empty += 1
             continue
+        blank |= {c for c in ("redop", "root") if c in f and not f[c]}  # of the rows kept only
         root = int(f["root"]) if f.get("root", "").lstrip("-").isdigit() else -1
         for placement, cols in whole:
             rows.append(_figures(cols, labels[len(lead):len(lead) + per], f, size, count, root, placement, old,

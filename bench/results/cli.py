@@ -84,12 +84,23 @@ def _prometheus(args, runs: list[Path]) -> int:
     return 0
 
 
+def _once(runs: list[Path]) -> list[Path]:
+    """Each run directory once (a shell glob and a name of the same run): its series twice would make
+    node_exporter refuse the file; said on stderr."""
+    seen: dict = {}
+    for r in runs:
+        if r.resolve() in seen:
+            print(f"# RUN '{r}' is '{seen[r.resolve()]}' given again: exported once", file=sys.stderr)
+        seen.setdefault(r.resolve(), r)
+    return list(seen.values())
+
+
 def cmd_export(args) -> int:
     if args.output:
         _output_file(args.output, "--output")
     runs = [_dir(r, "RUN") for r in args.run]
     if args.format != "pytest-benchmark":
-        return _prometheus(args, runs)
+        return _prometheus(args, _once(runs))
     if len(runs) > 1:
         raise BenchError(f"--format pytest-benchmark writes one saved run: give one RUN (got {len(runs)})")
     doc = to_pytest_benchmark(runs[0])

@@ -10,8 +10,9 @@ prometheus_client.openmetrics.exposition and of prometheus_client.exposition, an
 `write_to_textfile`, which writes a temp file and renames it). The families are driven by the
 columns a run has, never by its kind's name: a results row with the `time_*` statistics is a timed
 operation, one with `step_*` a training step, and so on (SUMMARIES, GAUGES below); the labels that name a
-case are its kind's reading facts (`Reading.key_columns`, `group`, `settings`: bench.kind).
-Values are the stored numbers as they are, in base units (seconds, bytes, bytes per second,
+case are its kind's reading facts (`Reading.key_columns`, `group`, `settings`: bench.kind) and the
+columns that say what a figure means (DESCRIBE); two rows that would still be one series are refused,
+never one kept silently. Values are the stored numbers as they are, in base units (seconds, bytes, bytes per second,
 ratios); GB/s columns are multiplied by 1e9 (nccl-tests' GB is 1e9 bytes).
 """
 
@@ -35,8 +36,17 @@ P = "distbench_"
 # are OpenMetrics' canonical numbers (specification/OpenMetrics.md, "Considerations: Canonical Numbers").
 QUANTILES = (("0.0", "min"), ("0.05", "p5"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"),
              ("0.95", "p95"), ("1.0", "max"))
-# Generic results columns that say what a row is, labelled wherever a run has them, beside its kind's keys.
-DESCRIBE = ("collective", "algorithm", "backend", "layout", "memory_kind")
+# Generic results columns that say what a row is, labelled wherever a run has them, beside its kind's keys: then
+# those that say what its figure means (bench.regress.settings.DEFINITION: the timing mode, the reduction over
+# ranks, blocking, an imported tool's options such as nccl-tests' -z 1), so rows that differ in one are two series.
+DESCRIBE = ("collective", "algorithm", "backend", "layout", "memory_kind", "mode", "rank_reduce", "blocking",
+            "tool_options")
+# An imported run (meta.json `source`: bench.imports) in these modes stores the tool's own time as time_median_s:
+# nccl-tests' `time` is the mean over the timed iterations (its doc/PERFORMANCE.md), not a median over samples. It
+# is exported as MEAN (a gauge), and quantile 0.5 only from the tool's own per-iteration median (time_p50_s, -J
+# with -I 1); the other quantiles are the per-iteration figures the tool gave (-I 1: min, max, p95).
+MEAN_TIME_MODES = ("nccl-tests",)
+MEAN = P + "op_time_mean_seconds"
 SUSPECTS = "doctor_suspects"  # the table of ranked suspects (a kind that judges lists it in Kind.tables)
 
 
@@ -72,9 +82,11 @@ SUMMARIES = (
 )
 GAUGES = (
     Gauge(P + "op_busbw_bytes_per_second", "bytes_per_second",
-          "Bus bandwidth at the median time (nccl-tests busbw = algbw x bus factor)", ("busbw_gbps",), 1e9),
+          "Bus bandwidth at the row's time: the median, or an imported tool's mean (nccl-tests busbw = algbw x bus "
+          "factor)", ("busbw_gbps",), 1e9),
     Gauge(P + "op_algbw_bytes_per_second", "bytes_per_second",
-          "Algorithm bandwidth at the median time (size_bytes / median seconds)", ("algbw_gbps",), 1e9),
+          "Algorithm bandwidth at the row's time (size_bytes / seconds: the median, or an imported tool's mean)",
+          ("algbw_gbps",), 1e9),
     Gauge(P + "wrong_elements", "", "Wrong elements found by the correctness check, summed over ranks",
           ("wrong",)),
     Gauge(P + "samples_per_second", "", "Training throughput: global batch / median step time",
@@ -142,10 +154,14 @@ class Families:
     def __init__(self, stamp: bool):
         self.stamp = stamp
         self.metrics: dict[str, Metric] = {}
+        self._seen: set = set()  # (sample name, labels): a series twice is refused by node_exporter and Prometheus
         self._family(P + "run", "A stored distbench run (value 1): where, what and which software", "info")
         self._family(P + "run_start_time_seconds", "When the run started, Unix seconds", "gauge", "seconds")
         for s in SUMMARIES:
             self._family(s.name, s.help, "summary", "seconds")
+        self._family(MEAN, "Mean time of one iteration of the case's operation over the timed iterations, as an "
+                     "imported tool printed it (nccl-tests' time column), reduced over ranks as label rank_reduce "
+                     "says; not a quantile", "gauge", "seconds")
         for g in GAUGES:
             self._family(g.name, g.help, "gauge", g.unit)
         self._family(P + "suspects", "Suspects the run's verdict named (0: none)", "gauge")
@@ -160,7 +176,12 @@ class Families:
         self.metrics[name] = Metric(name, help_, typ, unit)
 
     def add(self, family: str, labels: dict, value: float, when: float | None, suffix: str = ""):
-        """One sample of `family` (its name + suffix: "_count", "_sum", "_info")."""
+        """One sample of `family` (its name + suffix: "_count", "_sum", "_info"); a series met twice is a BenchError."""
+        key = (family + suffix, tuple(sorted(labels.items())))
+        if key in self._seen:
+            raise BenchError(f"the export would hold {family + suffix}{{{', '.join(f'{k}={v!r}' for k, v in key[1])}}} "
+                             "twice, which Prometheus and node_exporter refuse; export the runs apart")
+        self._seen.add(key)
         self.metrics[family].add_sample(family + suffix, labels, float(value), when if self.stamp else None)
 
     def collect(self):
@@ -192,15 +213,19 @@ def _case_columns(kind, results: pd.DataFrame) -> list[str]:
             and any(_label(v) for v in results[c])]
 
 
-def _row(fams: Families, row: dict, labels: dict, when):
-    """The summaries and gauges of one results row (a column that is null gives no series)."""
+def _row(fams: Families, row: dict, labels: dict, when, mean_time: bool):
+    """The summaries and gauges of one results row (a column that is null gives no series). `mean_time`: the
+    row's time_median_s is a tool's mean (MEAN_TIME_MODES), exported as MEAN, never as quantile 0.5."""
     for s in SUMMARIES:
-        if _plain(row.get(f"{s.prefix}median_s")) is None:
+        mean_row = mean_time and s.prefix == "time_"
+        stats = [(q, "p50" if mean_row and stat == "median" else stat) for q, stat in QUANTILES]
+        found = [(q, v) for q, stat in stats if (v := _plain(row.get(f"{s.prefix}{stat}_s"))) is not None]
+        if mean_row and _plain(row.get("time_median_s")) is not None:
+            fams.add(MEAN, labels, _plain(row["time_median_s"]), when)
+        if not mean_row and _plain(row.get(f"{s.prefix}median_s")) is None or not found:
             continue
-        for q, stat in QUANTILES:
-            v = _plain(row.get(f"{s.prefix}{stat}_s"))
-            if v is not None:
-                fams.add(s.name, {**labels, "quantile": q}, v, when)
+        for q, v in found:
+            fams.add(s.name, {**labels, "quantile": q}, v, when)
         n, mean = _plain(row.get(s.count)), _plain(row.get(f"{s.prefix}mean_s"))
         if n is not None and mean is not None:
             fams.add(s.name, labels, n, when, "_count")
@@ -256,12 +281,33 @@ def add_run(fams: Families, run: Run) -> int:
     rows: dict = {}
     if res is not None and len(res):
         cols = _case_columns(kind, res)
-        for row in res.to_dict("records"):  # one series per case: a row met twice keeps the later one
-            rows[tuple(_label(row.get(c)) for c in cols)] = row
+        rows = _keyed(run, res, cols)
+        imported = bool(meta.get("source"))
         for key, row in rows.items():
-            _row(fams, row, {**labels, **dict(zip(cols, key))}, when)
+            _row(fams, row, {**labels, **dict(zip(cols, key))}, when,
+                 imported and _label(row.get("mode")) in MEAN_TIME_MODES)
     _suspects(fams, run, kind, labels, when)
     return len(rows)
+
+
+def _keyed(run: Run, res: pd.DataFrame, cols: list[str]) -> dict:
+    """label values -> row, one series per results row; rows that share every label are a BenchError (a
+    series can hold one of them only, and which would be a guess)."""
+    rows: dict = {}
+    twins = []
+    for row in res.to_dict("records"):
+        key = tuple(_label(row.get(c)) for c in cols)
+        if key in rows:
+            twins.append((rows[key], row))
+        rows[key] = row
+    if twins:
+        a, b = twins[0]
+        differ = [c for c in res.columns if _label(a.get(c)) != _label(b.get(c))]
+        raise BenchError(f"run '{run.dir}': {len(twins)} pair(s) of results rows share every label "
+                         f"({', '.join(cols)}), e.g. {a.get('case_id')} at {_label(a.get('size_bytes'))} B "
+                         f"{_label(a.get('placement'))}; they differ in {', '.join(differ[:6]) or 'no column'}: one "
+                         "series cannot hold both; store them as separate runs (one `distbench import` per file)")
+    return rows
 
 
 def load(run_dir) -> Run:
@@ -278,8 +324,14 @@ def families(run_dirs, stamp: bool) -> tuple[Families, list[str]]:
     """The families of these runs, and the problems met reading them (files skipped, each named)."""
     fams = Families(stamp)
     problems: list[str] = []
+    ids: dict = {}
     for d in run_dirs:
         run = load(d)
+        rid = _label(run.meta.get("run_id")) or run.dir.name
+        if rid in ids:
+            raise BenchError(f"RUN '{d}' and RUN '{ids[rid]}' are one run (run id {rid}, a copy): every series "
+                             "of theirs would be there twice, which Prometheus and node_exporter refuse; give one")
+        ids[rid] = d
         add_run(fams, run)
         problems += run.problems
     return fams, problems
