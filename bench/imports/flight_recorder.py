@@ -25,7 +25,8 @@ import re
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.imports.injob import ELEMENT_BYTES, Call, Read, collective_of, counted, dtype_of, size_of, total_numel
+from bench.imports.injob import (ELEMENT_BYTES, Call, Read, collective_of, counted, dtype_of, size_of, total_numel,
+                                 unknown_groups)
 
 SOURCE = "flight-recorder"
 TIMING = ("the flight recorder's duration_ms: CUDA events recorded before and after the collective on its "
@@ -109,6 +110,7 @@ def read(path, data: bytes, index: int = 0) -> Read:
     r.notes += counted("entries", unfinished, "not completed when dumped (scheduled or started)")
     r.notes += counted("point-to-point entries", p2p, "not one collective of a size")
     r.notes += [f"{n} '{k}' entries not compared: not one collective of a size" for k, n in sorted(other.items())]
+    r.notes += unknown_groups(r.calls, "the dump's pg_config lists no ranks for its process group")
     if not entries:
         raise BenchError(f"'{path}': a flight recorder dump with no entries (TORCH_FR_BUFFER_SIZE=0, or nothing ran)")
     return r

@@ -169,6 +169,16 @@ def counted(what: str, n: int, why: str) -> list[str]:
     return [f"{n} {what} not compared: {why}"] if n else []
 
 
+UNKNOWN_GROUP = "group size unknown"
+
+
+def unknown_groups(calls: list[Call], why: str) -> list[str]:
+    """A note for the calls whose group size the records do not give (group_size 0): their rows keep
+    their time and algbw; busbw (the bus factor at n ranks) is left blank and no benchmark row is matched."""
+    n = sum(c.group_size < 1 for c in calls)
+    return [f"{UNKNOWN_GROUP} for {n} call(s) ({why}): busbw left blank, not set beside a benchmark row"] if n else []
+
+
 # ---- the summary: per rank, then the ranks' spread -----------------------------------------------
 
 KEYS = ["collective", "dtype", "group", "group_size", "size_bytes", "size_max_bytes"]
@@ -202,8 +212,9 @@ def summarize(reads: list[Read]) -> pd.DataFrame:
                    time_rank_max_s=float(g["rank_median_s"].max()), slowest_rank=str(slow["rank"]))
         row["time_s"] = row["time_rank_max_s"]
         algbw = row["size_bytes"] / row["time_s"] / 1e9 if row["time_s"] > 0 else float("nan")
-        row.update(algbw_gbps=algbw, busbw_gbps=algbw * bus_factor(FACTOR_NAMES.get(row["collective"], ""),
-                                                                   int(row["group_size"])))
+        n = int(row["group_size"])  # 0: the records do not say (unknown_groups): no bus factor, no busbw
+        row.update(algbw_gbps=algbw, busbw_gbps=algbw * bus_factor(FACTOR_NAMES.get(row["collective"], ""), n)
+                   if n >= 1 else float("nan"))
         out.append(row)
     res = pd.DataFrame(out)
     res["size_max_bytes"] = res["size_max_bytes"].map(lambda v: None if v == -1 else int(v)).astype("object")
@@ -237,6 +248,8 @@ def _pick(cands: pd.DataFrame, collective: str, placement: str, dtype: str) -> p
 
 def _match(bench: pd.DataFrame, row: dict) -> tuple[pd.Series | None, str]:
     """(the benchmark row for one summary row, or None; a note)."""
+    if int(row["group_size"]) < 1:
+        return None, f"{UNKNOWN_GROUP}: no benchmark row of its group size to set it beside"
     names = [row["collective"], *([TWINS[row["collective"]]] if row["collective"] in TWINS else [])]
     same = bench[bench["collective"].isin(names) & (bench["_n"] == int(row["group_size"]))]
     if row["dtype"]:

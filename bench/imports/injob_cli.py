@@ -111,7 +111,7 @@ def render_table(rows: pd.DataFrame, reads: list[Read], against: str | None) -> 
         head += f" | {'bench us':>10} {'bench busbw':>11} {'in-job/bench':>12}  note"
     lines.append(head)
     for r in rows.to_dict("records"):
-        line = (f"{r['collective']:<22} {r['dtype'] or '?':<9} {str(r['group'])[:14]:<14} {int(r['group_size']):>3} "
+        line = (f"{r['collective']:<22} {r['dtype'] or '?':<9} {str(r['group'])[:14]:<14} {int(r['group_size']) or '?':>3} "
                 f"{_size(r):>11} {int(r['calls']):>6} {_us(r['time_rank_min_s']):>12} {_us(r['time_rank_median_s']):>10} "
                 f"{_us(r['time_rank_max_s']):>10} {str(r['slowest_rank']):>8} {_num(r['busbw_gbps']):>10}")
         if against:
@@ -141,8 +141,13 @@ def _save(rows: pd.DataFrame, reads: list[Read], out: str) -> str:
         raise BenchError("--save: Prometheus dumps hold size ranges, not sizes; save from the JSON output "
                          "(NCCL_INSPECTOR_PROM_DUMP=0)")
     cpu = not any(r.devices for r in reads) and all(r.backend == "gloo" for r in reads)
+    unknown = int((rows["group_size"] < 1).sum())  # a stored row needs its world (bench.imports.injob.unknown_groups)
+    if unknown:
+        print(f"distbench: note: --save: {unknown} row(s) of an unknown group size not stored", file=sys.stderr)
+    if unknown == len(rows):
+        return None
     parsed = []
-    for n, g in rows.groupby("group_size", sort=True):
+    for n, g in rows[rows["group_size"] >= 1].groupby("group_size", sort=True):
         p = Parsed(file=", ".join(r.file for r in reads), format=reads[0].source, world=int(n),
                    backend="+".join(sorted({r.backend for r in reads if r.backend})) or "nccl",
                    device_type="cpu" if cpu else "cuda", nccl_version=reads[0].nccl_version,

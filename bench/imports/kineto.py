@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.imports.injob import (ELEMENT_BYTES, Call, Read, collective_of, counted, dtype_of, read_bytes, size_of,
-                                 total_numel)
+                                 total_numel, unknown_groups)
 
 SOURCE = "torch-profiler"
 KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
@@ -228,7 +228,9 @@ def read(path, data: bytes, index: int = 0) -> Read:
         raise BenchError(f"'{path}': NCCL collectives recorded on the host only (no GPU kernels in the trace): "
                          "their spans time the launch, not the collective; profile with "
                          "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
-    if not r.calls and not r.notes:
-        raise BenchError(f"'{path}': no collective in this torch profiler trace (no NCCL kernel, no gloo:<collective> "
-                         "span)")
+    else:  # the notes so far (where its rank came from) say nothing of collectives
+        raise BenchError(f"no collective in '{path}': a torch profiler trace with no NCCL kernel and no "
+                         "gloo:<collective> span (profile the steps that communicate)")
+    r.notes += unknown_groups(r.calls, "the trace has no distributedInfo world_size or pg_config, and its records "
+                                       "no 'Group size'")
     return r

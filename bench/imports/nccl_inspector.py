@@ -29,7 +29,7 @@ import re
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.errors import BenchError
-from bench.imports.injob import Call, Read, counted
+from bench.imports.injob import Call, Read, counted, unknown_groups
 
 SOURCE = "nccl-inspector"
 PROM_SOURCE = "nccl-inspector-prometheus"
@@ -100,6 +100,7 @@ def read_json(path, data: bytes) -> Read:
     r.notes += counted("point-to-point operation(s)", p2p, "not one collective of a size")
     r.notes += [f"{n} {c} collective(s) not compared: no distbench size for it from the plugin's fields"
                 for c, n in sorted(other.items())]
+    r.notes += unknown_groups(r.calls, "no header.n_ranks")
     if not r.calls and not r.notes:
         raise BenchError(f"'{path}': no coll_perf record in this NCCL Inspector output")
     return r
@@ -147,6 +148,7 @@ def read_prometheus(path, data: bytes) -> Read:
                    "sizes are ranges")
     r.notes += counted("point-to-point metric(s)", p2p, "not one collective of a size")
     r.notes += [f"{n} {c} bucket(s) not compared: no distbench size for it" for c, n in sorted(other.items())]
+    r.notes += unknown_groups(r.calls, "no nranks label")
     if not r.calls:
         raise BenchError(f"'{path}': no nccl_collective_exec_time_microseconds sample in this Prometheus dump")
     return r
