@@ -90,7 +90,9 @@ def _once(runs: list[Path]) -> list[Path]:
     seen: dict = {}
     for r in runs:
         if r.resolve() in seen:
-            print(f"# RUN '{r}' is '{seen[r.resolve()]}' given again: exported once", file=sys.stderr)
+            first = seen[r.resolve()]
+            said = f"'{r}' given twice" if str(r) == str(first) else f"'{r}' is '{first}' given again"
+            print(f"# RUN {said}: exported once", file=sys.stderr)
         seen.setdefault(r.resolve(), r)
     return list(seen.values())
 
