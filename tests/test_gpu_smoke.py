@@ -511,3 +511,24 @@ def test_check_rows_gives_the_strategies_step_its_peaks_verdict(monkeypatch):
     assert problems[0] == "ddp: ranks of role 'replica' peak 1024..3379 MiB, more than 10% apart"
     ranks.loc[1, "peak_allocated_bytes"] = 3.3 * GiB
     assert gpu_smoke.check_rows("strategies", run, gpu=True)[0] == []
+
+
+def _ovl(**kw):
+    r = {"overlap_test": "pair", "collective": "all_reduce", "size_bytes": 1 << 26, "overlap_comm_s": 0.010,
+         "overlap_compute_s": 0.030, "overlap_both_s": 0.032, "overlap_comm_under_s": 0.011,
+         "overlap_compute_under_s": 0.031, "hidden_share": 0.8, "comm_slowdown": 1.1}
+    return {**r, **kw}
+
+
+def test_overlap_verdicts():
+    ddp = {"overlap_test": "ddp", "buckets": 3, "overlap_both_s": 0.05, "overlap_compute_s": 0.03}
+    problems, facts, _ = V.overlap_verdict([_ovl(), ddp], gpu=True)
+    assert problems == [] and "ddp: 3 bucket(s), exposed 20.00 ms" in facts
+    assert "is not (comm + compute - both) / comm" in V.overlap_verdict([_ovl(hidden_share=0.5)], True)[0][0]
+    assert "below a side's own time" in V.overlap_verdict([_ovl(overlap_comm_under_s=0.04)], True)[0][0]
+    none_hidden = _ovl(overlap_both_s=0.040, overlap_compute_under_s=0.03, hidden_share=0.0)
+    assert "the two streams did not overlap" in V.overlap_verdict([none_hidden], gpu=True)[0][0]
+    assert V.overlap_verdict([none_hidden], gpu=False)[0] == []  # on CPU threads: not judged so
+    assert V.overlap_verdict([], True)[0] == ["no collective-against-compute row"]
+    bad_ddp = {**ddp, "overlap_compute_s": 0.06}
+    assert "want buckets and 0 < no_sync step < step" in V.overlap_verdict([_ovl(), bad_ddp], True)[0][0]

@@ -44,6 +44,10 @@ A. Through the public command line (`python -m bench <kind> ...`, nccl, world mi
                 against its footprint estimate (bench/training/footprint.py) and ranks of one
                 role against each other (gpu_smoke_checks.peaks_verdict)
   allreduce, pipeline  (two ranks only: on one GPU they are not run and say so)
+  overlap       `distbench overlap`, all_reduce 64 MiB against 8 GEMMs of 4096^2 on a side stream, and
+                DDP (25 MB buckets): hidden_share the formula of the stored medians, "both" never
+                below either side's own time, on a GPU hidden_share > 0 (two streams overlapped),
+                DDP's no_sync step shorter than its step (gpu_smoke_checks.overlap_verdict)
   collectives-full  suites/collectives-full.toml up to 1 MiB (two dtypes, sum, both placements
                 and modes): every case its dry run plans has a row, every sized row checked; last,
                 the longest step
@@ -140,6 +144,7 @@ def steps_for(backend: str, world: int, out: str, cpu: bool) -> list[dict]:
     small, big = ("64K", "1M") if cpu else ("1M", "64M")
     # on a GPU the footprint (1 GiB of parameters) dominates the peaks; on host ranks peaks are not judged
     model = "mlp-small" if cpu else "mlp-large"
+    ovl_size, ovl_n = ("1M", "256") if cpu else ("64M", "4096")  # a collective and a GEMM of some ms each
     full = ["--dtype", "float32", "--sizes", "8,64K"] if cpu else ["--dtype", "float32,bfloat16", "--sizes", "8,64K,1M"]
     return [
         {"name": "collectives", "argv": ["collectives", "-c", "all_reduce", "--sizes", f"{small},{big}", "--dtype",
@@ -164,6 +169,10 @@ def steps_for(backend: str, world: int, out: str, cpu: bool) -> list[dict]:
         {"name": "pipeline", "argv": ["pipeline", "--stages", "2", "--schedule", "gpipe", "--chunks", "4",
                                       "--steps", "6", "--warmup", "1", "--no-efficiency", "--backend", backend,
                                       "--out", out, "--telemetry-interval-s", "0.05"], "needs2": True},
+        {"name": "overlap", "argv": ["overlap", "-c", "all_reduce", "--sizes", ovl_size, "--compute", "gemm",
+                                     "--gemm-n", ovl_n, "--gemm-iters", "8", "--reps", "5", "--warmup", "2",
+                                     "--training", "ddp", "--bucket-cap-mb", "25", "--steps", "5", *common],
+         "needs2": True, "limit_s": 90},
         # last: the longest step (about 150 cases), so a tight budget leaves it out before the others
         {"name": "collectives-full", "argv": ["collectives", "--suite", "suites/collectives-full.toml", "-c", "all", *full,
                                               "--op", "sum", "--placement", "out-of-place,in-place",
@@ -197,7 +206,7 @@ def check_rows(name: str, run, gpu: bool, planned: set | None = None) -> tuple[l
     if "wrong" in res.columns and (pd.to_numeric(res["wrong"], errors="coerce").fillna(0) > 0).any():
         problems.append("wrong elements in the check")
     if "rank_reduce" in res.columns and "mode" in res.columns:
-        want = {"latency": "max", "throughput": "max", "nccl-tests": "avg"}
+        want = {"latency": "max", "throughput": "max", "nccl-tests": "avg", "overlap": "max"}
         got = {(m, r) for m, r in zip(res["mode"], res["rank_reduce"]) if isinstance(m, str) and isinstance(r, str)}
         bad = [(m, r) for m, r in got if want.get(m) != r]
         if bad:
@@ -212,6 +221,8 @@ def check_rows(name: str, run, gpu: bool, planned: set | None = None) -> tuple[l
         verdict = V.peaks_verdict(_table_rows(run, "strategy_ranks"), footprints(rows))
     elif name == "barrier":
         verdict = V.barrier_verdict(rows, list(BARRIER_MODES))
+    elif name == "overlap":
+        verdict = V.overlap_verdict(rows, gpu)
     elif name == "collectives-full":
         verdict = V.suite_verdict(planned or set(), rows)
     if verdict is not None:

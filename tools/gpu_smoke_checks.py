@@ -182,6 +182,43 @@ def suite_verdict(planned: set, rows: list[dict]) -> tuple[list, list, list]:
 
 # ---- part B: the throttle flag ------------------------------------------------------------------
 
+def overlap_verdict(rows: list[dict], gpu: bool) -> tuple[list, list, list]:
+    """`distbench overlap` (bench/overlap): its figures are the formulas of its stored medians; a
+    part's "both" time is never below either side's own time in it (each repetition's both is the
+    later of the two ends, per rank, then the max over ranks: the medians keep that order); on a
+    GPU the collective and the compute ran on two streams, so some communication was hidden
+    (hidden_share > 0: one stream for both would read about 0); DDP's row has buckets and a step
+    without communication shorter than the step."""
+    problems, facts = [], []
+    pairs = [r for r in rows if r.get("overlap_test") == "pair"]
+    ddp = [r for r in rows if r.get("overlap_test") == "ddp"]
+    if not pairs:
+        problems.append("no collective-against-compute row")
+    for r in pairs:
+        c, k, b = (_num(r.get(x)) for x in ("overlap_comm_s", "overlap_compute_s", "overlap_both_s"))
+        cu, ku, h = (_num(r.get(x)) for x in ("overlap_comm_under_s", "overlap_compute_under_s", "hidden_share"))
+        where = f"{r.get('collective')} {r.get('size_bytes')} B"
+        if None in (c, k, b, cu, ku, h) or min(c, k, b) <= 0:
+            problems.append(f"{where}: a figure missing or not positive")
+            continue
+        if abs(h - (c + k - b) / c) > 1e-9:
+            problems.append(f"{where}: hidden_share {h:.4f} is not (comm + compute - both) / comm = {(c + k - b) / c:.4f}")
+        if b < max(cu, ku) - 1e-12:
+            problems.append(f"{where}: both {b * 1e3:.3f} ms below a side's own time in it "
+                            f"({cu * 1e3:.3f} / {ku * 1e3:.3f} ms)")
+        if gpu and not h > 0:
+            problems.append(f"{where}: hidden_share {h:.3f} <= 0 on a GPU: the two streams did not overlap")
+        facts.append(f"{where}: hidden {h:.2f}, comm x{_num(r.get('comm_slowdown')) or float('nan'):.2f}")
+    for r in ddp:
+        step, nocomm = _num(r.get("overlap_both_s")), _num(r.get("overlap_compute_s"))
+        if not _num(r.get("buckets")) or step is None or nocomm is None or not 0 < nocomm < step:
+            problems.append(f"ddp: buckets {r.get('buckets')}, step {step}, no_sync step {nocomm} "
+                            "(want buckets and 0 < no_sync step < step)")
+        else:
+            facts.append(f"ddp: {int(r['buckets'])} bucket(s), exposed {(step - nocomm) * 1e3:.2f} ms")
+    return problems, facts, []
+
+
 def throttle_verdict(samples: list[tuple], loaded: set, summary: dict, missing: dict) -> tuple[list, list, list]:
     """NVML's clock-event reasons on the GPU that ran the load, and the case's `throttled` and
     `throttle_reasons` as docs/telemetry.md defines them. samples: the probe's (t, uuid, rank,

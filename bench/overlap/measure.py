@@ -88,13 +88,17 @@ def measure_pair(unit, launch) -> dict:
     tracks = Tracks(cfg, info.device)
     mine: dict[str, list[float]] = {}
     try:
-        for rep in range(cfg.warmup + cfg.reps):
-            for part in rotation(rep):
-                comm.barrier()
-                got = tracks.part(part, op)
-                if rep >= cfg.warmup:
-                    for k, v in got.items():
-                        mine.setdefault(k, []).append(v)
+        with launch.tel.case(unit.case_id, size_bytes=size, placement=PLACEMENT) as tc:
+            for rep in range(cfg.warmup + cfg.reps):
+                if rep == cfg.warmup:  # the energy span: every timed repetition, its three parts (no count: J only)
+                    tc.energy.start([info.device])
+                for part in rotation(rep):
+                    comm.barrier()
+                    got = tracks.part(part, op)
+                    if rep >= cfg.warmup:
+                        for k, v in got.items():
+                            mine.setdefault(k, []).append(v)
+            tc.energy.stop()
     finally:
         tracks.close()
     parts = sorted(mine)
@@ -116,7 +120,7 @@ def measure_pair(unit, launch) -> dict:
            "compute_threads": cfg.compute_threads if info.device.type == "cpu" else None,
            "compute_target_s": cfg.compute_s if cfg.compute == "sleep" else None,
            **pair_columns(med["comm"], med["compute"], med["both"], med["both.comm"], med["both.compute"]),
-           "wrong": 0, "checks": 0, "nccl_ctas": cfg.nccl_ctas[0] if len(cfg.nccl_ctas) == 1 else None}
+           **tc.summary, "wrong": 0, "checks": 0, "nccl_ctas": cfg.nccl_ctas[0] if len(cfg.nccl_ctas) == 1 else None}
     samples = [{"run_id": launch.run_id, "case_id": unit.key, "size_bytes": size, "placement": PLACEMENT,
                 "rank": r, "iteration": i, "part": p, "seconds": float(v)}
                for p in parts for r, row_ in enumerate(per_rank[p]) for i, v in enumerate(row_)]

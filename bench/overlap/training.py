@@ -68,19 +68,26 @@ def _all_reduces(sizes: list[int], device):
     return run
 
 
-def _loop(parts: dict, cfg, comm) -> dict[str, list[float]]:
+def _loop(parts: dict, unit, launch) -> tuple[dict[str, list[float]], dict]:
+    """Every part, interleaved, inside the case's telemetry window; (this rank's seconds per part,
+    rank 0's telemetry summary). The energy span: every timed repetition (its three parts)."""
+    cfg, comm, device = launch.job.config, launch.comm, launch.info.device
     mine: dict[str, list[float]] = {p: [] for p in PARTS}
-    for rep in range(cfg.warmup + cfg.steps):
-        for name in rotation(rep, PARTS):
-            comm.barrier()
-            t = parts[name]()
-            if rep >= cfg.warmup:
-                mine[name].append(t)
-    return mine
+    with launch.tel.case(unit.case_id, size_bytes=0, placement=unit.test) as tc:
+        for rep in range(cfg.warmup + cfg.steps):
+            if rep == cfg.warmup:
+                tc.energy.start([device])
+            for name in rotation(rep, PARTS):
+                comm.barrier()
+                t = parts[name]()
+                if rep >= cfg.warmup:
+                    mine[name].append(t)
+        tc.energy.stop()
+    return mine, tc.summary
 
 
 def measure_ddp(unit, launch) -> dict:
-    cfg, info, comm = launch.job.config, launch.info, launch.comm
+    cfg, info = launch.job.config, launch.info
     spec = get_spec(cfg.model)
     model = build_model(spec, 0).to(info.device)
     ddp = DDP(model, bucket_cap_mb=unit.bucket_mb, device_ids=[info.device.index] if info.device.type == "cuda" else None)
@@ -100,9 +107,9 @@ def measure_ddp(unit, launch) -> dict:
     sizes = _bucket_bytes(ddp)
     parts = {"step": lambda: _timed(step, info.device), "step.nocomm": lambda: _timed(nocomm, info.device),
              "comm": (lambda run=_all_reduces(sizes, info.device): _timed(run, info.device))}
-    mine = _loop(parts, cfg, comm)
+    mine, summary = _loop(parts, unit, launch)
     extra = {"buckets": len(sizes), "bucket_bytes": ",".join(map(str, sizes)), "bucket_cap_mb": unit.bucket_mb}
-    return _rows(unit, launch, mine, extra)
+    return _rows(unit, launch, mine, {**summary, **extra})
 
 
 def _fsdp_parts(unit, cfg, info, spec, x, y):
@@ -144,13 +151,13 @@ def _fsdp_parts(unit, cfg, info, spec, x, y):
 
 
 def measure_fsdp(unit, launch) -> dict:
-    cfg, info, comm = launch.job.config, launch.info, launch.comm
+    cfg, info = launch.job.config, launch.info
     spec = get_spec(cfg.model)
     x, y = _batch(cfg, spec, info)
     parts = _fsdp_parts(unit, cfg, info, spec, x, y)
     parts["step"]()  # FSDP2's lazy init
-    mine = _loop(parts, cfg, comm)
-    return _rows(unit, launch, mine, {"prefetch": unit.prefetch})
+    mine, summary = _loop(parts, unit, launch)
+    return _rows(unit, launch, mine, {**summary, "prefetch": unit.prefetch})
 
 
 def _rows(unit, launch, mine: dict, extra: dict) -> dict:
