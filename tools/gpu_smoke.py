@@ -672,7 +672,7 @@ def c_plan(args, torch):
     text = _plan("plan", [cal, "--validate", args.validate_run, "--stages", "2", "--out", args.out], 25)
     if text is None:
         return
-    status, line = R.plan_verdict(text)
+    status, line = R.plan_verdict(text, judge=t.device == "cuda")
     report(status, "plan", f"{line}; calibrated on {cal} ({', '.join(PLAN_CALIBRATE_SCHEDULES)}; chunks 2, 4), validated on "
                            f"{args.validate_run} (every schedule, chunks 8), {t.name}")
 
@@ -721,7 +721,7 @@ def c_plan_layouts(args, torch):
                                   "--validate", runs["pp2 tp2"], "--out", args.out], 12)
     if text is None:
         return
-    status, line = R.plan_layouts_verdict(text)
+    status, line = R.plan_layouts_verdict(text, judge=t.device == "cuda")
     report(status, "plan-layouts", f"{line}; pp2, pp2 x dp2 and pp1 x tp2 calibrated, pp2 x tp2 held out, world 4 "
                                    f"on {t.name}")
 
