@@ -509,3 +509,18 @@ def test_per_iteration_quantiles_are_in_order_and_the_mean_apart(tmp_path, capsy
             assert one(t, "_count", **lab).value == 20
             assert one(t, "_sum", **lab).value == pytest.approx(it["avg_us"] * 1e-6 * 20, rel=1e-12)
             assert one(mean, **lab).value == pytest.approx(res[key]["time"] * 1e-6, rel=1e-12)
+
+
+def test_an_imported_param_time_is_a_mean_gauge_not_a_quantile(tmp_path, capsys):
+    """PARAM's Time(us):p50 is the median over ranks of each rank's mean over its iterations: no
+    iteration's quantile, so the mean gauge, its rank_reduce label saying median (over ranks)."""
+    rc = main(["import", "param", str(IMPORTS / "param-comms-all_reduce.log"), "--out", str(tmp_path / "imported")])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    run = Path(out.out.strip().rsplit(": ", 1)[1])
+    fams = openmetrics(capsys, run)
+    assert "distbench_op_time_seconds" not in fams
+    mean = fams["distbench_op_time_mean_seconds"]
+    for r in results(run).itertuples():
+        s = one(mean, size_bytes=str(r.size_bytes))
+        assert s.value == float(r.time_median_s) and s.labels["rank_reduce"] == "median"

@@ -46,6 +46,9 @@ DESCRIBE = ("collective", "algorithm", "backend", "layout", "memory_kind", "mode
 # is exported as MEAN (a gauge), and quantile 0.5 only from the tool's own per-iteration median (time_p50_s, -J
 # with -I 1); the other quantiles are the per-iteration figures the tool gave (-I 1: min, max, p95).
 MEAN_TIME_MODES = ("nccl-tests",)
+# PARAM's Time(us):p50 is the median over ranks of each rank's mean over its iterations (bench/imports/param.py):
+# no iteration's quantile either, so a PARAM import's time is the MEAN gauge too (its rank_reduce label: median).
+MEAN_TIME_TOOLS = ("param",)
 MEAN = P + "op_time_mean_seconds"
 SUSPECTS = "doctor_suspects"  # the table of ranked suspects (a kind that judges lists it in Kind.tables)
 
@@ -282,10 +285,11 @@ def add_run(fams: Families, run: Run) -> int:
     if res is not None and len(res):
         cols = _case_columns(kind, res)
         rows = _keyed(run, res, cols)
-        imported = bool(meta.get("source"))
+        source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+        imported, by_tool = bool(meta.get("source")), source.get("tool") in MEAN_TIME_TOOLS
         for key, row in rows.items():
             _row(fams, row, {**labels, **dict(zip(cols, key))}, when,
-                 imported and _label(row.get("mode")) in MEAN_TIME_MODES)
+                 imported and (by_tool or _label(row.get("mode")) in MEAN_TIME_MODES))
     _suspects(fams, run, kind, labels, when)
     return len(rows)
 
