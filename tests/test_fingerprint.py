@@ -70,3 +70,21 @@ def test_plan_refuses_a_run_that_is_not_a_fingerprint(tmp_path):
     r = run_cli("plan", str(tmp_path / "cal"), "--cluster-fingerprint", str(d), timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "is not a cluster fingerprint: measure one with `distbench doctor --cluster-fingerprint`" in r.stderr
+
+
+def test_a_collectives_run_stored_through_the_schema_is_not_taken_for_a_doctor_run(tmp_path):
+    """Every stored run has every kind's columns (bench.results.schema.conform): a collectives run's
+    doctor_test is there, null. Found by gpu-smoke's plan-layouts check on a fresh clone: the
+    planner refused the collectives run as 'a doctor run without a fingerprint'."""
+    from bench.plan import comm as pc
+    from bench.results.schema import conform
+
+    d = tmp_path / "coll"
+    d.mkdir()
+    rows = pd.DataFrame([{"run_id": "coll", "case_id": "all_reduce.w2", "collective": "all_reduce", "world": 2,
+                          "nodes": 1, "size_bytes": s, "time_median_s": 1e-5 + s * 1e-9} for s in SIZES])
+    conform(rows, "results").to_parquet(d / "results.parquet")
+    (d / "meta.json").write_text(json.dumps({"run_id": "coll", "kind": "collectives", "suite": "collectives",
+                                             **machine_meta()}))
+    comm = pc.comm_of(d)
+    assert ("all_reduce", 2, "intra", 1) in comm.fits and comm.source == "collectives run coll"

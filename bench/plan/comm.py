@@ -162,7 +162,8 @@ def comm_of(run_dir, machine: str = "") -> Comm:
         raise BenchError(f"run '{run_dir}' has no collectives cases; pass a distbench collectives run, an imported "
                          "nccl-tests log (distbench import nccl-tests) or a distbench simcluster run")
     meta = run.meta or read_meta(Path(run_dir), [])
-    if "doctor_test" in res.columns:  # a doctor --cluster-fingerprint run: its collective rows (its pairs are p2p, not groups)
+    if "doctor_test" in res.columns and res["doctor_test"].notna().any():  # a doctor run (the schema gives every run
+        # the column, null outside the doctor's rows): its fingerprint's collective rows (its pairs are p2p, not groups)
         res = res[res["doctor_test"] == "collective"]
         if res.empty:
             raise BenchError(f"run '{run_dir}' is a doctor run without a fingerprint; measure one with "
