@@ -189,3 +189,19 @@ def test_nccl_channel_counts_are_one_launch_each_under_the_ctas_variables(monkey
     with pytest.raises(BenchError, match="sets NCCL's channels and this run uses gloo"):
         plan(cfg, "gloo", (2,))
     assert len(plan(dataclasses.replace(cfg, nccl_ctas=()), "gloo", (2,)).launches) == 1
+
+
+def test_fsdp_with_and_without_explicit_prefetch_is_measured(tmp_path):
+    from bench.results.store import load_run
+
+    r = run_cli("overlap", "--nproc", "2", "--backend", "gloo", "-c", "all_reduce", "--sizes", "4K", "--reps", "1",
+                "--warmup", "0", "--compute", "sleep", "--compute-s", "0.001", "--training", "fsdp", "--steps", "5",
+                "--model", "mlp-tiny", "--no-telemetry", "--out", str(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = load_run(next((tmp_path / "overlap").iterdir()))["results"]
+    fsdp = res[res["overlap_test"] == "fsdp"].set_index("prefetch")
+    assert sorted(fsdp.index) == ["explicit", "implicit"]
+    for p in ("explicit", "implicit"):
+        row = fsdp.loc[p]
+        assert row["overlap_exposed_s"] == pytest.approx(row["overlap_both_s"] - row["overlap_compute_s"])
+        assert row["overlap_comm_s"] > 0 and row["iters"] == 5
