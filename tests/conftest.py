@@ -65,6 +65,17 @@ def assert_usage_error(rc: int, err: str, message: str, out: Path):
     assert not out.exists(), "nothing may be written on bad input"
 
 
+def one_line_error(capsys, rc, *needles) -> str:
+    """An in-process command's bad input: exit code 2 and one line `distbench: error: ...` on stderr
+    holding every needle; returns the line."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2, err
+    assert len(err) == 1 and err[0].startswith("distbench: error: "), err
+    for n in needles:
+        assert n in err[0], err[0]
+    return err[0]
+
+
 GiB = 1024**3
 
 # What torch.cuda calls that concern no device (they create no CUDA context): allowed anywhere.

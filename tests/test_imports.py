@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import one_line_error as _one_line_error
+
 from bench.cli import main
 from bench.imports import nccl_tests, param
 from bench.errors import BenchError
@@ -18,15 +20,6 @@ DATA = Path(__file__).parent / "data" / "imports"
 TEXT = DATA / "all_reduce_perf-2.17.6.txt"
 JSON = DATA / "all_reduce_perf-2.17.6.json"
 PARAM = DATA / "param-comms-all_reduce.log"
-
-
-def _one_line_error(capsys, rc, *needles):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2, err
-    assert len(err) == 1 and err[0].startswith("distbench: error: "), err
-    for n in needles:
-        assert n in err[0], err[0]
-    return err[0]
 
 
 def _import(capsys, tool, *files, out, extra=()):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import one_line_error as _one_line_error
+
 from bench.cli import main
 from bench.imports import nccl_tests
 from bench.results.store import load_run
@@ -18,15 +20,6 @@ from bench.results.store import load_run
 DATA = Path(__file__).parent / "data" / "imports"
 TEXT = DATA / "all_reduce_perf-2.17.6.txt"  # nccl-tests 2.17.6, mpirun -np 8: all_reduce, redop sum, root -1
 JSON = DATA / "all_reduce_perf-2.17.6.json"  # the same run's -J file
-
-
-def _one_line_error(capsys, rc, *needles):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2, err
-    assert len(err) == 1 and err[0].startswith("distbench: error: "), err
-    for n in needles:
-        assert n in err[0], err[0]
-    return err[0]
 
 
 def _write(tmp_path, doc, name="x.json") -> Path:

@@ -20,7 +20,7 @@ from bench.errors import BenchError
 from bench.imports import nccl_tests
 from bench.results.runs import state_of
 from bench.results.store import load_run
-from conftest import ROOT
+from conftest import ROOT, one_line_error as _one_line_error
 
 DATA = Path(__file__).parent / "data" / "imports"
 TEXT = DATA / "all_reduce_perf-2.17.6.txt"  # nccl-tests 2.17.6, mpirun -np 8, 8 `#  Rank` lines
@@ -28,15 +28,6 @@ JSON = DATA / "all_reduce_perf-2.17.6.json"
 PEERS = ROOT.parent / "shared" / "peers"
 needs_peers = pytest.mark.skipif(not PEERS.is_dir(), reason=f"{PEERS} is absent: the published logs live beside the "
                                                              "checkout (../shared/peers), not in it")
-
-
-def _one_line_error(capsys, rc, *needles):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2, err
-    assert len(err) == 1 and err[0].startswith("distbench: error: "), err
-    for n in needles:
-        assert n in err[0], err[0]
-    return err[0]
 
 
 def _set_wrong(line: str, oop: int, ip: int) -> str:
