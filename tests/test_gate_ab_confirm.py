@@ -88,7 +88,7 @@ def test_a_clean_first_look_runs_no_fresh_pairs(tmp_path, monkeypatch):
 def test_confirm_ab_rule_each_level():
     """A launch factor, a group or a case stands only when the first pairs and the fresh pairs
     alone both flag it; the table shows all pairs together."""
-    from bench.regress.gate import confirm_ab
+    from bench.regress.ab import confirm_ab
 
     a1 = _launches("collectives", 5, "a", 21, launch_sd=0.02)
     a2 = _launches("collectives", 5, "c", 22, launch_sd=0.02)
@@ -113,7 +113,7 @@ def test_confirm_ab_rule_each_level():
 def test_confirm_ab_needs_the_same_item_flagged_twice():
     """Two different one-off flags (the first pairs one case, the fresh pairs another) are not a
     confirmation of either."""
-    from bench.regress.gate import confirm_ab
+    from bench.regress.ab import confirm_ab
 
     a = _launches("collectives", 5, "a", 31, launch_sd=0.02, resid_sd=0.01)
     a2 = _launches("collectives", 5, "c", 32, launch_sd=0.02, resid_sd=0.01)
@@ -131,7 +131,7 @@ def test_confirm_ab_needs_the_same_item_flagged_twice():
 def test_confirm_ab_a_lasting_one_case_slowdown_is_confirmed_as_a_case():
     """One case 1.25x in every candidate launch, too little to move its group (3 cases) beyond
     10%: the case itself is flagged by both looks and stands (the rows join on the full key)."""
-    from bench.regress.gate import confirm_ab
+    from bench.regress.ab import confirm_ab
 
     key = ("all_gather_single", 64 << 20)
     hit = lambda c: 1.25 if (c["collective"], c["size_bytes"]) == key else 1.0  # noqa: E731
@@ -150,7 +150,7 @@ def test_confirm_ab_a_lasting_one_case_slowdown_is_confirmed_as_a_case():
 def test_confirm_ab_fresh_pairs_that_cannot_be_judged_leave_the_flag_standing_unconfirmed():
     """Fresh pairs measured with other settings (not comparable) confirm nothing and clear nothing:
     the first pairs' flag stands, marked unconfirmed (as a failed re-run of the stored gate)."""
-    from bench.regress.gate import confirm_ab
+    from bench.regress.ab import confirm_ab
 
     slow = lambda c: 1.5 if c["collective"] == "all_reduce" else 1.0  # noqa: E731
     a1, b1 = _launches("collectives", 5, "a", 51), _launches("collectives", 5, "b", 52, slow=slow)
@@ -189,7 +189,7 @@ def test_confirm_ab_joins_groups_on_their_full_name_not_the_shown_one():
     """A group's shown name is shortened only when no two groups would share it, per look: a look
     with another case set can show `reduce.float32...` where the other shows `reduce`. The
     confirmation still pairs the group's rows."""
-    from bench.regress.gate import confirm_ab
+    from bench.regress.ab import confirm_ab
 
     slow = lambda c: 1.5 if c["collective"] == "all_reduce" else 1.0  # noqa: E731
     a1, a2 = _launches("collectives", 5, "a", 71), _launches("collectives", 5, "c", 72)

@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 import bench.kinds  # noqa: E402,F401  (fills the kind registry)
 from bench.regress.compare import Rules  # noqa: E402
-from bench.regress.gate import confirm_ab, gate_ab, gated_regressions  # noqa: E402
+from bench.regress.ab import confirm_ab  # noqa: E402
+from bench.regress.gate import gate_ab, gated_regressions  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
 from bench.regress.launch import interleaved, run_suite  # noqa: E402
 from bench.results.store import load_run  # noqa: E402

@@ -17,7 +17,9 @@ import shutil
 import subprocess
 import tempfile
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import pandas as pd
@@ -25,7 +27,8 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.regress import baseline as bl
 from bench.regress.compare import Rules
-from bench.regress.gate import NOT_COMPARABLE, Verdict, confirm_ab, gate_ab
+from bench.regress.gate import (NOT_COMPARABLE, PASS, REGRESSION, Verdict, flag_summary, gate_ab, gated_regressions,
+                                 key_names, make_verdict)
 from bench.regress.launch import interleaved
 from bench.results.store import load_run
 from bench.timing.progress import Progress
@@ -105,7 +108,7 @@ def run_pairs(kind: str, suite, tree: Path, pairs: int, out: Path, log=print,
 def gate_against(rev: str, suite, *, pairs: int = DEFAULT_PAIRS, out="results", rules: Rules | None = None,
                  warn_only: bool = False, log=print, run: Callable = bl.run_suite, confirm: bool = True) -> Verdict:
     """The A/B verdict of the working tree against REV on this machine: P interleaved pairs, and when
-    they flag a regression, P fresh pairs that must flag it too (gate.confirm_ab; confirm=False: the
+    they flag a regression, P fresh pairs that must flag it too (confirm_ab below; confirm=False: the
     first pairs' flag stands)."""
     if pairs < MIN_PAIRS:
         raise BenchError(f"--pairs {pairs}: the A/B gate needs at least {MIN_PAIRS} pairs (2 leave a variance of 2 degrees "
@@ -137,3 +140,57 @@ def _judge(a: list[Path], b: list[Path], kind: str, rules: Rules, warn_only: boo
     rows = lambda runs: pd.concat([r["results"] for r in runs], ignore_index=True)  # noqa: E731
     return gate_ab(rows(ra), rows(rb), kind, rules=rules, warn_only=warn_only, base_meta=ra[0].meta,
                    cand_meta=rb[0].meta, facts={**facts, "pairs": len(a)})
+
+
+def confirm_ab(first: Verdict, fresh: Verdict, together: Verdict, pairs: tuple[int, int]) -> Verdict:
+    """The A/B's confirmation (bench.regress.ab): the first P pairs flagged a regression, so P fresh
+    pairs were launched and judged alone. The launch factor, a group or a case is a regression only
+    when the first pairs and the fresh pairs both flag it (the fresh pairs confirm; they do not
+    discover), so unchanged code fails only when two looks in a row both go wrong. The table
+    is all pairs together (the better estimate), each row keeping what the first pairs said.
+    Wrong results in any launch fail outright."""
+    if "wrong" in (fresh.status, together.status):
+        return together
+    p1, p2 = pairs
+    label, fresh_label = f"pairs 1-{p1}", f"pairs {p1 + 1}-{p1 + p2}"
+    if fresh.status not in ("pass", "regression"):  # e.g. not comparable: confirms nothing, clears nothing
+        why = f"the fresh pairs ({fresh_label}) could not be judged: {fresh.reason}"
+        return replace(first, reason=f"{first.reason} (unconfirmed: {why})",
+                       confirmation={"pairs": f"{p1 + 1}-{p1 + p2}", "first": first.reason, "error": why})
+    keys = [k for k in key_names(together.kind) if k in together.cases.columns] + ["metric"]
+    cases = _confirmed_rows(together.cases, first.cases, fresh.cases, keys, label)
+    kinds = _confirmed_rows(together.kinds, first.kinds, fresh.kinds, ["metric"], label)
+    groups = _confirmed_rows(together.groups, first.groups, fresh.groups, ["metric", "_group"], label)  # the full name
+    cases_r, kinds_r = gated_regressions(SimpleNamespace(cases=cases, kinds=kinds, groups=groups))
+    if len(cases_r) or len(kinds_r):
+        verdict = dict(exit_code=REGRESSION, status="regression",
+                       reason=f"{flag_summary(cases_r, kinds_r)} (confirmed by {p2} fresh pairs; A/B over "
+                              f"{p1 + p2} launch pairs)")
+    else:
+        verdict = dict(exit_code=PASS, status="pass",
+                       reason=f"{label} flagged {flag_summary(*gated_regressions(first))}; not confirmed by "
+                              f"{p2} fresh pairs ({fresh_label}): no regression over {p1 + p2} launch pairs")
+    fields = {k: getattr(together, k) for k in ("kind", "baseline_dir", "run_dir", "rules", "repeats", "facts", "warn_only")}
+    return make_verdict(**verdict, cases=cases, kinds=kinds, groups=groups, notes=together.notes,
+                    confirmation={"pairs": f"{p1 + 1}-{p1 + p2}", "first": first.reason, "fresh": fresh.reason,
+                                  "said": f"{p2} fresh pairs ({fresh_label}): {fresh.status}"}, **fields)
+
+
+def _confirmed_rows(together: pd.DataFrame, first: pd.DataFrame, fresh: pd.DataFrame, keys: list[str],
+                    label: str) -> pd.DataFrame:
+    """together's rows, a regression only where both looks said regression; what each look said
+    kept as `first_verdict` (shown as "ok (pairs 1-5: regression)") and `fresh_verdict`."""
+    if together.empty:
+        return together
+
+    out = together.copy()
+    for df, name in ((first, "first_verdict"), (fresh, "fresh_verdict")):
+        if df.empty or not set(keys) <= set(df.columns):
+            out[name] = None  # a look without these rows confirms none of them
+        else:
+            out = out.join(df.set_index(keys)["verdict"].rename(name), on=keys)
+    stands = (out["first_verdict"] == "regression") & (out["fresh_verdict"] == "regression")
+    out.loc[(out["verdict"] == "regression") & ~stands, "verdict"] = "ok"
+    out.loc[stands, "verdict"] = "regression"
+    out["_first_label"] = label
+    return out

@@ -134,7 +134,7 @@ def compare_rows(baseline: pd.DataFrame, current: pd.DataFrame, kind: str, rules
     ab=False (a stored baseline): bands from the baseline's repeats, for a mean of m new launches.
     ab=True (same-machine A/B: baseline = the base revision's launches, current = the candidate's,
     interleaved): pooled two-sample bands from both arms, and the alpha shared (Bonferroni) among
-    the cases and among the groups (a flag is then confirmed by fresh pairs: gate.confirm_ab)."""
+    the cases and among the groups (a flag is then confirmed by fresh pairs: ab.confirm_ab)."""
     kind = normalize_kind(kind)
     decide = rules.alpha if alpha is None else alpha
     keys = [k for k in key_columns(kind) if k in baseline.columns or k in current.columns]

@@ -28,9 +28,8 @@ alone: confirm_ab keeps a regression only where both looks flag it.
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable
 
 import pandas as pd
@@ -125,7 +124,7 @@ class Verdict:
 
 
 def _not_comparable(reason: str, **kw) -> Verdict:
-    return _verdict(exit_code=NOT_COMPARABLE, status="not-comparable", reason=reason, **kw)
+    return make_verdict(exit_code=NOT_COMPARABLE, status="not-comparable", reason=reason, **kw)
 
 
 def rules_for(baseline: "bl.Baseline", rules_path=None) -> Rules:
@@ -204,7 +203,7 @@ def gate(baseline_dir, run_dir, *, rules: Rules | None = None, rules_path=None,
     notes = _notes(cmp)
     wrong = cmp.cases[(cmp.cases["verdict"] == "wrong") & cmp.cases["gated"]]
     if len(wrong):
-        return _verdict(exit_code=REGRESSION, status="wrong",
+        return make_verdict(exit_code=REGRESSION, status="wrong",
                         reason=f"{len(wrong)} case(s) with wrong results (fails outright)",
                         cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, notes=notes, **info)
     cmp, confirmation = _confirmed(cmp, base, current, run, kind, rules, rerun)
@@ -219,9 +218,9 @@ def _confirmed(cmp, base, current: pd.DataFrame, run, kind: str, rules: Rules, r
     screen = cmp if rerun is None else compare_rows(base.results, current, kind, rules, alpha=rules.screen_alpha)
     cases_r, kinds_r = gated_regressions(screen)
     if len(cases_r) or len(kinds_r):
-        keys = [k for k in cmp.cases.columns if k in _key_names(kind)]
+        keys = [k for k in cmp.cases.columns if k in key_names(kind)]
         todo = flagged_keys(screen, keys)
-        confirmation = {"cases": len(todo), "first": _flag_summary(cases_r, kinds_r)}
+        confirmation = {"cases": len(todo), "first": flag_summary(cases_r, kinds_r)}
         if rerun is None:
             confirmation["error"] = "no confirmation re-run (disabled): flagged regressions stand unconfirmed"
         else:
@@ -255,7 +254,7 @@ def _decided(cmp, confirmation: dict, notes: list, info: dict) -> Verdict:
     decidable = gated[gated["verdict"].isin(DECIDABLE)]
     if len(cases_r) or len(kinds_r):
         how = "confirmed by a fresh launch" if "run_dir" in confirmation else "unconfirmed: " + confirmation.get("error", "")
-        said = dict(exit_code=REGRESSION, status="regression", reason=f"{_flag_summary(cases_r, kinds_r)} ({how})")
+        said = dict(exit_code=REGRESSION, status="regression", reason=f"{flag_summary(cases_r, kinds_r)} ({how})")
     elif decidable.empty and not (len(cmp.kinds) and cmp.kinds["verdict"].isin(DECIDABLE).any()):
         said = dict(exit_code=NOT_COMPARABLE, status="undecidable",
                     reason=f"baseline cannot decide any case: all {len(gated)} are unstable/throttled/n/a "
@@ -265,7 +264,7 @@ def _decided(cmp, confirmation: dict, notes: list, info: dict) -> Verdict:
         said = dict(exit_code=PASS, status="pass",
                     reason=f"{len(decidable)} decidable case(s) and the per-kind geometric mean: no regression{extra}; "
                            f"{int((gated['verdict'] == 'unstable').sum())} unstable")
-    return _verdict(**said, cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, confirmation=confirmation,
+    return make_verdict(**said, cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, confirmation=confirmation,
                     notes=notes + _notes(cmp, throttled_only=True), **info)
 
 
@@ -300,67 +299,13 @@ def gate_ab(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, kind: str, *, rule
         said = dict(exit_code=REGRESSION, status="wrong", reason=f"{len(wrong)} case(s) with wrong results (fails outright)")
     elif len(cases_r) or len(kinds_r):
         said = dict(exit_code=REGRESSION, status="regression",
-                    reason=f"{_flag_summary(cases_r, kinds_r)} (A/B: {cmp.repeats} launches of each revision)")
+                    reason=f"{flag_summary(cases_r, kinds_r)} (A/B: {cmp.repeats} launches of each revision)")
     else:
         gated = matched[matched["gated"]]
         said = dict(exit_code=PASS, status="pass",
                     reason=f"A/B over {cmp.repeats} launch pair(s): launch factor, {len(cmp.groups)} group(s) and "
                            f"{int(gated['verdict'].isin(DECIDABLE).sum())} decidable case(s): no regression")
-    return _verdict(**said, cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, notes=notes, **info)
-
-
-def confirm_ab(first: Verdict, fresh: Verdict, together: Verdict, pairs: tuple[int, int]) -> Verdict:
-    """The A/B's confirmation (bench.regress.ab): the first P pairs flagged a regression, so P fresh
-    pairs were launched and judged alone. The launch factor, a group or a case is a regression only
-    when the first pairs and the fresh pairs both flag it (the fresh pairs confirm; they do not
-    discover), so unchanged code fails only when two looks in a row both go wrong. The table
-    is all pairs together (the better estimate), each row keeping what the first pairs said.
-    Wrong results in any launch fail outright."""
-    if "wrong" in (fresh.status, together.status):
-        return together
-    p1, p2 = pairs
-    label, fresh_label = f"pairs 1-{p1}", f"pairs {p1 + 1}-{p1 + p2}"
-    if fresh.status not in ("pass", "regression"):  # e.g. not comparable: confirms nothing, clears nothing
-        why = f"the fresh pairs ({fresh_label}) could not be judged: {fresh.reason}"
-        return replace(first, reason=f"{first.reason} (unconfirmed: {why})",
-                       confirmation={"pairs": f"{p1 + 1}-{p1 + p2}", "first": first.reason, "error": why})
-    keys = [k for k in _key_names(together.kind) if k in together.cases.columns] + ["metric"]
-    cases = _confirmed_rows(together.cases, first.cases, fresh.cases, keys, label)
-    kinds = _confirmed_rows(together.kinds, first.kinds, fresh.kinds, ["metric"], label)
-    groups = _confirmed_rows(together.groups, first.groups, fresh.groups, ["metric", "_group"], label)  # the full name
-    cases_r, kinds_r = gated_regressions(SimpleNamespace(cases=cases, kinds=kinds, groups=groups))
-    if len(cases_r) or len(kinds_r):
-        verdict = dict(exit_code=REGRESSION, status="regression",
-                       reason=f"{_flag_summary(cases_r, kinds_r)} (confirmed by {p2} fresh pairs; A/B over "
-                              f"{p1 + p2} launch pairs)")
-    else:
-        verdict = dict(exit_code=PASS, status="pass",
-                       reason=f"{label} flagged {_flag_summary(*gated_regressions(first))}; not confirmed by "
-                              f"{p2} fresh pairs ({fresh_label}): no regression over {p1 + p2} launch pairs")
-    fields = {k: getattr(together, k) for k in ("kind", "baseline_dir", "run_dir", "rules", "repeats", "facts", "warn_only")}
-    return _verdict(**verdict, cases=cases, kinds=kinds, groups=groups, notes=together.notes,
-                    confirmation={"pairs": f"{p1 + 1}-{p1 + p2}", "first": first.reason, "fresh": fresh.reason,
-                                  "said": f"{p2} fresh pairs ({fresh_label}): {fresh.status}"}, **fields)
-
-
-def _confirmed_rows(together: pd.DataFrame, first: pd.DataFrame, fresh: pd.DataFrame, keys: list[str],
-                    label: str) -> pd.DataFrame:
-    """together's rows, a regression only where both looks said regression; what each look said
-    kept as `first_verdict` (shown as "ok (pairs 1-5: regression)") and `fresh_verdict`."""
-    if together.empty:
-        return together
-
-    out = together.copy()
-    for df, name in ((first, "first_verdict"), (fresh, "fresh_verdict")):
-        if df.empty or not set(keys) <= set(df.columns):
-            out[name] = None  # a look without these rows confirms none of them
-        else:
-            out = out.join(df.set_index(keys)["verdict"].rename(name), on=keys)
-    stands = (out["first_verdict"] == "regression") & (out["fresh_verdict"] == "regression")
-    out.loc[(out["verdict"] == "regression") & ~stands, "verdict"] = "ok"
-    out.loc[stands, "verdict"] = "regression"
-    out["_first_label"] = label
-    return out
+    return make_verdict(**said, cases=cmp.cases, kinds=cmp.kinds, groups=cmp.groups, notes=notes, **info)
 
 
 def _screened(both: pd.DataFrame, first: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -393,14 +338,14 @@ def _confirmed_groups(both: pd.DataFrame, fresh: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _verdict(*, exit_code: int, notes=(), warn_only: bool = False, **fields) -> Verdict:
+def make_verdict(*, exit_code: int, notes=(), warn_only: bool = False, **fields) -> Verdict:
     """The one place a verdict is made: --warn-only turns a regression into a pass (the reason
     still says regression), each note once."""
     return Verdict(exit_code=PASS if warn_only and exit_code == REGRESSION else exit_code,
                    notes=list(dict.fromkeys(notes)), warn_only=warn_only, **fields)
 
 
-def _key_names(kind: str) -> list[str]:
+def key_names(kind: str) -> list[str]:
     return key_columns(kind)
 
 
@@ -410,7 +355,7 @@ def _only(rows: pd.DataFrame, todo: pd.DataFrame, keys: list[str]) -> pd.DataFra
     return r[[tuple(x) in want for x in r[keys].values]]
 
 
-def _flag_summary(cases_r: pd.DataFrame, kinds_r: pd.DataFrame) -> str:
+def flag_summary(cases_r: pd.DataFrame, kinds_r: pd.DataFrame) -> str:
     parts = []
     if len(cases_r):
         parts.append(f"{len(cases_r)} case(s) regressed")
@@ -428,7 +373,7 @@ def _throttled_cases(gated: pd.DataFrame, kind: str, among_all: bool = False) ->
     """Cases (not case x metric rows: a training case has two gated metrics) whose verdict is
     `throttled`; among_all: every case both runs have instead."""
     rows = gated[~gated["verdict"].isin(("missing", "new"))] if among_all else gated[gated["verdict"] == "throttled"]
-    keys = [k for k in _key_names(kind) if k in rows.columns]
+    keys = [k for k in key_names(kind) if k in rows.columns]
     return len(rows[keys].astype(str).drop_duplicates()) if keys else len(rows)
 
 
