@@ -52,3 +52,27 @@ def warm_communicator(comm: Comm) -> float:
     comm.reduce_max(0.0)
     sync(comm.info.device)
     return time.perf_counter() - t0
+
+
+def collective_op(name: str, size: int, n: int, device, dtype=torch.float32, group=None):
+    """op(async_op) -> Work: one `name` collective of `size` total bytes over a group of `n` ranks
+    (nccl-tests' S: the whole array for all_gather, reduce_scatter and all_to_all, as the collectives
+    kind counts it), its buffers made once. all_reduce | broadcast (from the group's first rank) |
+    all_gather | reduce_scatter | all_to_all."""
+    esize = torch.empty((), dtype=dtype).element_size()
+    count = max(n, size // esize // n * n)
+    whole = torch.ones(count, device=device, dtype=dtype)
+    if name == "all_reduce":
+        return lambda a: dist.all_reduce(whole, group=group, async_op=a)
+    if name == "broadcast":
+        src = dist.get_global_rank(group, 0) if group is not None else 0
+        return lambda a: dist.broadcast(whole, src=src, group=group, async_op=a)
+    part = torch.ones(count // n, device=device, dtype=dtype)
+    if name == "all_gather":
+        return lambda a: dist.all_gather_into_tensor(whole, part, group=group, async_op=a)
+    if name == "reduce_scatter":
+        return lambda a: dist.reduce_scatter_tensor(part, whole, group=group, async_op=a)
+    if name == "all_to_all":
+        out = torch.empty_like(whole)
+        return lambda a: dist.all_to_all_single(out, whole, group=group, async_op=a)
+    raise ValueError(f"collective_op: no collective '{name}'")

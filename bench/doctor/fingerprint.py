@@ -16,9 +16,9 @@ so the planner reads them the same way (bench.plan.comm). The pair matrix's p2p 
 probe are the doctor's own units."""
 
 import numpy as np
-import torch
 import torch.distributed as dist
 
+from bench.distributed.comm import collective_op
 from bench.timing.busbw import bus_factor
 from bench.timing.timers import make_timer
 from bench.units import parse_size
@@ -37,17 +37,6 @@ def placements(nodes: list[list[int]]) -> dict[str, list[list[int]]]:
     return {k: [g for g in v if len(g) > 1] for k, v in out.items() if any(len(g) > 1 for g in v)}
 
 
-def _op(name: str, group, n: int, size: int, device):
-    count = max(n, size // 4 // n * n)
-    if name == "all_reduce":
-        x = torch.ones(count, device=device)
-        return lambda: dist.all_reduce(x, group=group, async_op=True)
-    part, whole = torch.ones(count // n, device=device), torch.ones(count, device=device)
-    if name == "all_gather":
-        return lambda: dist.all_gather_into_tensor(whole, part, group=group, async_op=True)
-    return lambda: dist.reduce_scatter_tensor(part, whole, group=group, async_op=True)
-
-
 def time_placement(groups: list[list[int]], name: str, size: int, cfg, device, barrier) -> list[float]:
     """This rank's seconds per op of each timed repetition ([] where it is in no group); every rank
     creates every group (new_group is collective) and passes the same barriers."""
@@ -57,14 +46,14 @@ def time_placement(groups: list[list[int]], name: str, size: int, cfg, device, b
         pg = dist.new_group(g)
         if rank in g:
             mine = (pg, len(g))
-    op = _op(name, mine[0], mine[1], size, device) if mine else None
+    op = collective_op(name, size, mine[1], device, group=mine[0]) if mine else None
     timer, out = make_timer(device), []
     for rep in range(cfg.warmup + cfg.reps):
         barrier()
         if op is None:
             continue
         timer.start()
-        works = [op() for _ in range(cfg.fingerprint_ops)]
+        works = [op(True) for _ in range(cfg.fingerprint_ops)]
         for w in works:
             w.wait()
         t = timer.stop() / cfg.fingerprint_ops

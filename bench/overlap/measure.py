@@ -11,13 +11,12 @@ import math
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
+from bench.distributed.comm import collective_op
 from bench.overlap.compute import HostCompute, cuda_part, host_part, make_action
 from bench.overlap.figures import pair_columns
 from bench.timing.busbw import bus_factor
 from bench.timing.stats import summarize
-from bench.units import parse_size
 
 PARTS = ("comm", "compute", "both")
 PLACEMENT = "out-of-place"
@@ -28,27 +27,6 @@ def rotation(rep: int, parts: tuple[str, ...] = PARTS) -> tuple[str, ...]:
     """The parts' order in repetition `rep`: rotated by one each time (A B C, B C A, C A B)."""
     k = rep % len(parts)
     return parts[k:] + parts[:k]
-
-
-def collective_op(name: str, size: int, world: int, device, dtype):
-    """op(async_op) for one collective of `size` total bytes (nccl-tests' S: the whole array for
-    all_gather / reduce_scatter / all_to_all, as bench's collectives kind counts it)."""
-    esize = torch.empty((), dtype=dtype).element_size()
-    count = max(world, size // esize // world * world)
-    if name == "all_reduce":
-        x = torch.ones(count, device=device, dtype=dtype)
-        return lambda a: dist.all_reduce(x, async_op=a)
-    if name == "broadcast":
-        x = torch.ones(count, device=device, dtype=dtype)
-        return lambda a: dist.broadcast(x, src=0, async_op=a)
-    part = torch.ones(count // world, device=device, dtype=dtype)
-    whole = torch.ones(count, device=device, dtype=dtype)
-    if name == "all_gather":
-        return lambda a: dist.all_gather_into_tensor(whole, part, async_op=a)
-    if name == "reduce_scatter":
-        return lambda a: dist.reduce_scatter_tensor(part, whole, async_op=a)
-    out = torch.empty_like(whole)
-    return lambda a: dist.all_to_all_single(out, whole, async_op=a)
 
 
 def _dtype(name: str):
@@ -84,7 +62,7 @@ def pair_row_stats(per_rank: dict) -> dict:
 def measure_pair(unit, launch) -> dict:
     cfg, info, comm = launch.job.config, launch.info, launch.comm
     size = unit.size
-    op = collective_op(unit.collective, size, info.world, info.device, _dtype(cfg.dtype))
+    op = collective_op(unit.collective, size, info.world, info.device, _dtype(cfg.dtype))  # one group: every rank
     tracks = Tracks(cfg, info.device)
     mine: dict[str, list[float]] = {}
     try:
